@@ -1,0 +1,34 @@
+# `make demo` and `make test` do all the set-up on a fresh clone (both depend on `make install`).
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+TRANSLATE := $(VENV)/bin/translate
+# The demo: a tiny Transformer on Multi30k EN-DE, 15 minutes of training on a 2-core CPU.
+DEMO ?= config=tiny
+DEMO_MINUTES ?= 15
+
+.PHONY: install test test-slow demo bench clean
+
+install: $(VENV)/.installed
+
+# constraints.txt pins every tested version (torch==2.13.0: its CPU build, not a CUDA one).
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $@
+
+test: install
+	$(PYTHON) -m pytest -q
+
+test-slow: install
+	$(PYTHON) -m pytest -q -m slow
+
+demo: install
+	$(TRANSLATE) train $(DEMO) train.max_minutes=$(DEMO_MINUTES)
+	$(TRANSLATE) decode $(DEMO)
+	$(TRANSLATE) bleu $(DEMO)
+
+bench: install
+	$(PYTHON) scripts/bench_train.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

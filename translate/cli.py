@@ -1,0 +1,182 @@
+"""Command line: `translate VERB [hydra overrides]`. The only module that imports Hydra.
+
+Each verb has a primary config in configs/ (train.yaml, decode.yaml, ...); all of them compose
+the same tree (common.yaml), so the verbs agree on run_dir. The verb functions take the typed
+TranslateConfig and know nothing of Hydra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from translate.config import TranslateConfig
+from translate.errors import TranslateError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = PROJECT_ROOT / "configs"
+
+# verb -> (module:function, one-line help). Modules are imported only when their verb runs,
+# so that `translate` alone and `translate bleu` start fast.
+VERBS: Dict[str, tuple] = {
+    "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
+    "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
+    "bleu": ("translate.score:bleu", "sacreBLEU of decode's output against the references"),
+}
+
+USAGE = (
+    "usage: translate VERB [key=value ...]\n\n"
+    "verbs:\n"
+    + "".join(f"  {verb:<8}{text}\n" for verb, (_, text) in VERBS.items())
+    + "\nExamples:\n"
+    "  translate train config=base        # Transformer base, WMT14 EN-DE (paper settings)\n"
+    "  translate decode config=base       # beam 4, alpha 0.6 on newstest2014\n"
+    "  translate bleu config=base         # sacreBLEU of the decode\n"
+    "  translate train config=tiny --cfg job   # print the composed configuration\n"
+)
+
+
+def _local_or_hub(local: str, hub: str) -> str:
+    """A local dataset folder when it exists (relative to the cwd or the project), else a hub id."""
+    for candidate in (Path(local), PROJECT_ROOT / local):
+        if candidate.is_dir():
+            return str(candidate)
+    return hub
+
+
+def _if_local(path: Optional[str], name: str) -> Optional[str]:
+    """The hub config name for a local folder; hub copies such as bentrevett/multi30k have none."""
+    return name if path and Path(path).is_dir() else None
+
+
+def register() -> None:
+    """Register resolvers and the typed schema with Hydra (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    OmegaConf.register_new_resolver("local_or_hub", _local_or_hub, replace=True)
+    OmegaConf.register_new_resolver("if_local", _if_local, replace=True)
+    ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
+
+
+def to_typed(cfg: DictConfig) -> TranslateConfig:
+    """Resolve interpolations and build the dataclass tree; bad values become TranslateError."""
+    try:
+        typed = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:
+        raise TranslateError(f"configuration: {str(error).splitlines()[0]}") from None
+    except ValueError as error:
+        raise TranslateError(f"configuration: {error}") from None
+    assert isinstance(typed, TranslateConfig)
+    return typed
+
+
+def _resolve_verb(verb: str) -> Callable[[TranslateConfig], object]:
+    module_name, function_name = VERBS[verb][0].split(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def load_config(verb: str, overrides: List[str]) -> TranslateConfig:
+    """Compose a verb's config as the command line would (for tests, benchmarks, notebooks)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name=verb, overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # the ${hydra:...} resolver reads it
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return to_typed(cfg)
+
+
+def _one_line(error: Exception) -> str:
+    """Hydra's multi-line composition errors as one line that still names the key."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    message = (lines[0] if lines else type(error).__name__).rstrip(".")
+    if "Available options" in str(error):
+        options = [line for line in lines[1:] if not line.startswith(("Available", "Config search", "provider="))]
+        message += f" (available: {', '.join(options)})"
+    cause = error.__cause__
+    if cause is not None and str(cause).strip():
+        message += f": {str(cause).splitlines()[0]}"
+    return message
+
+
+def _check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
+    """Compose once up front so that a bad key or value is reported as one line.
+
+    Skipped for multirun sweeps (their comma lists are not single values) and for Hydra's
+    own flags, which hydra.main handles.
+    """
+    if any(arg in ("-m", "--multirun") for arg in overrides):
+        return None
+    plain = [arg for arg in overrides if not arg.startswith("-")]
+    flags_with_values = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-name", "-cn",
+                         "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun"}
+    skip = {overrides[i + 1] for i, arg in enumerate(overrides[:-1]) if arg in flags_with_values}
+    plain = [arg for arg in plain if arg not in skip]
+    try:
+        load_config(verb, plain)
+    except TranslateError as error:
+        return str(error)
+    except Exception as error:  # Hydra's composition errors: ConfigCompositionException & co.
+        return _one_line(error)
+    return None
+
+
+def run_verb(verb: str, cfg: TranslateConfig) -> int:
+    """Run a verb; user errors become one line on stderr and exit code 1."""
+    try:
+        _resolve_verb(verb)(cfg)
+    except TranslateError as error:
+        print(f"translate {verb}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"translate {verb}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        sys.exit(0 if argv else 2)
+    verb, overrides = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"translate: error: unknown verb '{verb}' (choose from {', '.join(VERBS)})", file=sys.stderr)
+        sys.exit(2)
+
+    import hydra
+
+    problem = _check_overrides(verb, overrides)
+    if problem:
+        print(f"translate {verb}: error: {problem}", file=sys.stderr)
+        sys.exit(1)
+    register()
+
+    @hydra.main(config_path=str(CONFIG_DIR), config_name=verb, version_base="1.3")
+    def task(cfg: DictConfig) -> None:
+        try:
+            typed = to_typed(cfg)
+        except TranslateError as error:
+            print(f"translate {verb}: error: {error}", file=sys.stderr)
+            sys.exit(1)
+        code = run_verb(verb, typed)
+        if code:
+            sys.exit(code)
+
+    # Hydra reads sys.argv; the program name sets the job name (and log file name).
+    sys.argv = [f"translate-{verb}"] + overrides
+    task()
+
+
+if __name__ == "__main__":
+    main()

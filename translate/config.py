@@ -1,0 +1,109 @@
+"""Typed configuration schema: one dataclass per config group.
+
+Hydra validates every composed config against these classes, so an unknown key or a value
+of the wrong type fails at start-up with a message naming the key. Nothing here imports
+Hydra; cli.py registers the schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass
+class ModelConfig:
+    """Transformer size (paper, Table 3). Travels inside every checkpoint."""
+
+    d_model: int = 512  # width of every sub-layer output and embedding
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    heads: int = 8  # attention heads; d_k = d_v = d_model / heads
+    layers: int = 6  # encoder layers and decoder layers (N)
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums
+    vocab_size: int = 0  # set from the sentencepiece model at training time
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel corpus comes from and how it is tokenized."""
+
+    path: Optional[str] = None  # hub id (wmt/wmt14) or local folder of the same layout
+    name: Optional[str] = None  # hub config, e.g. de-en
+    src_lang: str = "en"  # source language code (column or file suffix)
+    tgt_lang: str = "de"  # target language code
+    vocab_size: int = 37000  # joint sentencepiece vocabulary size (tokens)
+    vocab_type: str = "bpe"  # sentencepiece model_type: bpe or unigram
+    vocab_sample: int = 2_000_000  # at most this many sentences train the vocabulary
+    train: Optional[str] = None  # plain text: file prefix, reads PREFIX.<src_lang>, PREFIX.<tgt_lang>
+    valid: Optional[str] = None  # plain text: dev set prefix
+    test: Optional[str] = None  # plain text: test set prefix
+    train_split: str = "train"  # dataset split used for training
+    valid_split: str = "validation"  # dataset split used for validation (dev set)
+    max_length: int = 250  # training pairs with a longer side (in tokens) are dropped
+    cache_dir: str = "cache"  # encoded corpora and vocabularies, keyed by fingerprint
+
+
+@dataclass
+class OptimConfig:
+    """Adam with the paper's learning-rate schedule (section 5.3)."""
+
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2
+    eps: float = 1e-9  # Adam epsilon
+    warmup_steps: int = 4000  # linear warmup, then inverse square root decay (updates)
+    lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
+
+
+@dataclass
+class TrainConfig:
+    """The training loop."""
+
+    label_smoothing: float = 0.1  # eps_ls of the label-smoothed cross-entropy
+    tokens_per_batch: int = 25000  # per process: padded source (and target) tokens per micro-batch
+    tokens_per_update: int = 25000  # per optimizer update over all processes and accumulation
+    max_steps: int = 100000  # stop after this many updates
+    max_minutes: Optional[float] = None  # stop after this much wall time (minutes)
+    seed: int = 1  # seeds weights, dropout and batch order
+    log_every: int = 10  # updates between TensorBoard/log lines
+    save_every: int = 1000  # updates between checkpoints (one is always written at the end)
+    threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
+
+
+@dataclass
+class DecodeConfig:
+    """Beam search (section 6.1) on a dataset split or a text file."""
+
+    split: str = "test"  # dataset split to translate (newstest2014 for WMT14)
+    input: Optional[str] = None  # a file of source sentences instead of a split
+    output: Optional[str] = None  # where translations go; default <run_dir>/decode/<split>.hyp
+    checkpoint: Optional[str] = None  # default <run_dir>/checkpoint_last.pt
+    beam_size: int = 4  # hypotheses kept per sentence; 1 is greedy search
+    length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
+    max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
+    max_len_b: int = 50
+    tokens_per_batch: int = 4000  # padded source tokens per decoding batch
+
+
+@dataclass
+class BleuConfig:
+    """Scoring with sacreBLEU."""
+
+    hyp: Optional[str] = None  # translations; default: decode's output
+    ref: Optional[str] = None  # references; default: the reference decode wrote beside it
+
+
+@dataclass
+class TranslateConfig:
+    """The whole tree, shared by every verb so that they agree on run_dir."""
+
+    run_dir: str = "runs/default"  # checkpoints, logs and decodes of one experiment
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    bleu: BleuConfig = field(default_factory=BleuConfig)
