@@ -1,0 +1,1 @@
+"""Data: loading (datasets or text files), sentencepiece vocabulary, token cache, batching."""

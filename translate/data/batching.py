@@ -1,0 +1,95 @@
+"""Batches by token budget over length-sorted pairs (paper, section 5.1), and padding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+import torch
+
+from translate.data.cache import EncodedSplit
+from translate.data.vocabulary import BOS, EOS, PAD
+
+
+@dataclass
+class Batch:
+    """Padded tensors of one batch; targets are teacher-forced (shifted right by one)."""
+
+    src: torch.Tensor  # (B, S) source ids + EOS, right-padded with PAD
+    tgt_in: torch.Tensor  # (B, T) BOS + target ids: the decoder's input
+    tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
+    indices: np.ndarray  # (B,) positions of the pairs in the split
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+    @property
+    def padded_tokens(self) -> int:
+        """Source and target positions, padding included."""
+        return self.src.numel() + self.tgt_out.numel()
+
+    @property
+    def real_tokens(self) -> int:
+        return int((self.src != PAD).sum()) + self.target_tokens
+
+
+def token_batches(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, tokens_per_batch: int, seed: int, epoch: int
+) -> List[np.ndarray]:
+    """Partition all pairs into batches of similar length, in a seeded random order.
+
+    A batch of n pairs whose longest side is L tokens (BOS/EOS included) holds n * L padded
+    tokens on each side; it never exceeds tokens_per_batch, except a single pair longer than
+    the budget, which forms a batch of its own. Every pair appears in exactly one batch.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    lengths = np.maximum(src_lengths, tgt_lengths) + 1  # + EOS (source/output) or BOS (input)
+    # Random tie-breaking among equal lengths, so batches differ from epoch to epoch.
+    shuffled = rng.permutation(len(lengths))
+    order = shuffled[np.lexsort((src_lengths[shuffled] + 0, tgt_lengths[shuffled], lengths[shuffled]))]
+    batches: List[np.ndarray] = []
+    start = 0
+    sorted_lengths = lengths[order]
+    n = len(order)
+    while start < n:
+        # Lengths ascend, so the last pair of a candidate batch is its longest.
+        longest = sorted_lengths[start]
+        size = max(1, tokens_per_batch // longest)
+        end = min(n, start + size)
+        # Shrink until the longest member fits the budget.
+        while end - start > 1 and (end - start) * sorted_lengths[end - 1] > tokens_per_batch:
+            end = start + max(1, tokens_per_batch // sorted_lengths[end - 1])
+        batches.append(order[start:end])
+        start = end
+    rng.shuffle(batches)
+    return batches
+
+
+def pad(sequences: Sequence[np.ndarray], prefix: int | None = None, suffix: int | None = None) -> torch.Tensor:
+    """Right-padded (B, max length) int64 tensor, with an optional first and last token."""
+    extra = (prefix is not None) + (suffix is not None)
+    lengths = [len(s) + extra for s in sequences]
+    out = np.full((len(sequences), max(lengths)), PAD, dtype=np.int64)
+    for row, seq in enumerate(sequences):
+        begin = 0
+        if prefix is not None:
+            out[row, 0] = prefix
+            begin = 1
+        out[row, begin : begin + len(seq)] = seq
+        if suffix is not None:
+            out[row, begin + len(seq)] = suffix
+    return torch.from_numpy(out)
+
+
+def collate(split: EncodedSplit, indices: np.ndarray) -> Batch:
+    """Source + EOS; target input BOS + target; target output target + EOS."""
+    sources = [split.source(i) for i in indices]
+    targets = [split.target(i) for i in indices]
+    return Batch(
+        src=pad(sources, suffix=EOS),
+        tgt_in=pad(targets, prefix=BOS),
+        tgt_out=pad(targets, suffix=EOS),
+        indices=np.asarray(indices),
+    )

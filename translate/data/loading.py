@@ -1,0 +1,202 @@
+"""Parallel corpora: a `datasets` split (hub id or local folder of the same layout) or two
+aligned plain-text files. Both stream sentence pairs in chunks and carry a fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+from translate.config import DataConfig
+from translate.errors import TranslateError
+
+Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
+
+
+class ParallelCorpus:
+    """Aligned source/target sentences of one split."""
+
+    description: str
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def chunks(self, size: int = 10000) -> Iterator[Chunk]:
+        """Yield (sources, targets) lists of at most `size` pairs, in corpus order."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """Changes whenever the underlying data changes."""
+        raise NotImplementedError
+
+    def pairs(self) -> Chunk:
+        """All pairs at once (small splits: test and dev sets)."""
+        sources: List[str] = []
+        targets: List[str] = []
+        for src, tgt in self.chunks():
+            sources.extend(src)
+            targets.extend(tgt)
+        return sources, targets
+
+
+@dataclass
+class HubCorpus(ParallelCorpus):
+    """One split of a `datasets` dataset: a `translation` dict column or one column per language."""
+
+    dataset: "object"  # datasets.Dataset
+    src_lang: str
+    tgt_lang: str
+    description: str
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def chunks(self, size: int = 10000) -> Iterator[Chunk]:
+        columns = self.dataset.column_names
+        for batch in self.dataset.iter(batch_size=size):
+            if "translation" in columns:
+                pairs = batch["translation"]
+                try:
+                    src = [pair[self.src_lang] for pair in pairs]
+                    tgt = [pair[self.tgt_lang] for pair in pairs]
+                except (KeyError, TypeError):
+                    raise TranslateError(
+                        f"{self.description}: a 'translation' entry lacks '{self.src_lang}' or '{self.tgt_lang}'"
+                    ) from None
+            else:
+                src, tgt = batch[self.src_lang], batch[self.tgt_lang]
+            yield [s or "" for s in src], [t or "" for t in tgt]
+
+    def fingerprint(self) -> str:
+        return f"{self.dataset._fingerprint}:{self.src_lang}-{self.tgt_lang}"
+
+
+@dataclass
+class TextCorpus(ParallelCorpus):
+    """Two plain-text files, line i of one the translation of line i of the other."""
+
+    src_path: Path
+    tgt_path: Path
+    description: str
+
+    def __post_init__(self) -> None:
+        for path in (self.src_path, self.tgt_path):
+            if not path.is_file():
+                raise TranslateError(f"missing file: {path}")
+        self._length = _count_lines(self.src_path)
+        tgt_length = _count_lines(self.tgt_path)
+        if self._length != tgt_length:
+            raise TranslateError(
+                f"misaligned corpus: {self.src_path} has {self._length} lines but "
+                f"{self.tgt_path} has {tgt_length}"
+            )
+
+    def __len__(self) -> int:
+        return self._length
+
+    def chunks(self, size: int = 10000) -> Iterator[Chunk]:
+        with open(self.src_path, "rb") as src_file, open(self.tgt_path, "rb") as tgt_file:
+            src_lines: List[str] = []
+            tgt_lines: List[str] = []
+            for line_number, (src, tgt) in enumerate(zip(src_file, tgt_file), 1):
+                src_lines.append(_decode_line(src, self.src_path, line_number))
+                tgt_lines.append(_decode_line(tgt, self.tgt_path, line_number))
+                if len(src_lines) == size:
+                    yield src_lines, tgt_lines
+                    src_lines, tgt_lines = [], []
+            if src_lines:
+                yield src_lines, tgt_lines
+
+    def fingerprint(self) -> str:
+        parts = []
+        for path in (self.src_path, self.tgt_path):
+            stat = path.stat()
+            parts.append(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            count += block.count(b"\n")
+        if handle.tell() and not _ends_with_newline(path):
+            count += 1
+    return count
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def _decode_line(raw: bytes, path: Path, line_number: int) -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise TranslateError(f"{path}:{line_number}: invalid UTF-8") from None
+
+
+def read_lines(path: str) -> List[str]:
+    """A text file's lines (decode input, BLEU hypotheses and references)."""
+    file = Path(path)
+    if not file.is_file():
+        raise TranslateError(f"missing file: {path}")
+    with open(file, "rb") as handle:
+        return [_decode_line(raw, file, n) for n, raw in enumerate(handle, 1)]
+
+
+# Split names that map onto the text group's prefixes.
+_TEXT_SPLITS = {"train": "train", "validation": "valid", "valid": "valid", "dev": "valid", "test": "test"}
+
+
+def load_corpus(data: DataConfig, split: str) -> ParallelCorpus:
+    """The named split of the configured corpus (hub/local dataset or text prefix)."""
+    if data.train is not None or data.path is None:
+        return _load_text(data, split)
+    return _load_dataset_split(data, split)
+
+
+def _load_text(data: DataConfig, split: str) -> ParallelCorpus:
+    key = _TEXT_SPLITS.get(split)
+    if key is None:
+        raise TranslateError(f"unknown split '{split}' for plain text data (use train, validation or test)")
+    prefix: Optional[str] = getattr(data, key)
+    if prefix is None:
+        raise TranslateError(f"no files for split '{split}': set data.{key}=PREFIX")
+    return TextCorpus(
+        Path(f"{prefix}.{data.src_lang}"),
+        Path(f"{prefix}.{data.tgt_lang}"),
+        description=f"{prefix}.{{{data.src_lang},{data.tgt_lang}}}",
+    )
+
+
+def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
+    import datasets
+
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    description = f"dataset '{data.path}'" + (f" ({data.name})" if data.name else "")
+    # A hub id is "owner/name"; anything else that does not exist is a missing local folder.
+    looks_local = data.path.startswith((".", "/", "~")) or data.path.count("/") > 1
+    if looks_local and not Path(data.path).expanduser().exists():
+        raise TranslateError(f"missing data path: {data.path}")
+    try:
+        dataset = datasets.load_dataset(data.path, data.name, split=split)
+    except ValueError as error:
+        message = str(error).splitlines()[0]
+        if "split" in message.lower():
+            raise TranslateError(f"{description} has no split '{split}': {message}") from None
+        raise TranslateError(f"cannot load {description}: {message}") from None
+    except Exception as error:  # network, missing hub id, bad config name: all user-facing
+        raise TranslateError(f"cannot load {description}: {str(error).splitlines()[0]}") from None
+    columns = dataset.column_names
+    if "translation" not in columns and not {data.src_lang, data.tgt_lang} <= set(columns):
+        raise TranslateError(
+            f"{description} split '{split}' has columns {columns}: expected 'translation' "
+            f"or '{data.src_lang}' and '{data.tgt_lang}'"
+        )
+    return HubCorpus(dataset, data.src_lang, data.tgt_lang, description=f"{description} split '{split}'")
