@@ -1,0 +1,258 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), post-norm.
+
+Class names follow the paper. Nothing here knows of Hydra, files or distributed training.
+Shapes: B batch, S source length, T target length, D d_model, H heads, K = D / H, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from translate.config import ModelConfig
+
+
+class PositionalEncoding(nn.Module):
+    """Sinusoidal positions (section 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)."""
+
+    def __init__(self, d_model: int, max_len: int = 1024):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._table(max_len), persistent=False)
+
+    def _table(self, max_len: int) -> Tensor:
+        position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+        frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(max_len, self.d_model, dtype=torch.float64)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency)
+        return table.float()  # (L, D)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """(length, D) encodings of positions offset .. offset + length - 1."""
+        if offset + length > self.table.size(0):  # grow for long inputs instead of failing
+            self.table = self._table(2 * (offset + length)).to(self.table.device)
+        return self.table[offset : offset + length]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (section 3.2.2), on torch's fused kernel.
+
+    Self-attention projects Q, K, V with one matrix; encoder-decoder attention projects Q
+    from the decoder and K, V (once per sentence when decoding) from the encoder output.
+    """
+
+    def __init__(self, d_model: int, heads: int, self_attention: bool):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
+        self.heads = heads
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, L, D = x.shape
+        return x.view(B, L, self.heads, D // self.heads).transpose(1, 2)  # (B, H, L, K)
+
+    def project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
+        """Keys and values of the encoder output: 2 x (B, H, S, K)."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
+
+    def forward(
+        self,
+        x: Tensor,  # (B, T, D) queries (and keys/values for self-attention)
+        memory: Optional[Tensor] = None,  # (B, S, D) encoder output, for encoder-decoder attention
+        mask: Optional[Tensor] = None,  # (B, 1, 1 or T, S) True where attention is allowed
+        causal: bool = False,  # mask future positions (decoder self-attention, training)
+        cache: Optional["LayerCache"] = None,  # incremental decoding state of this layer
+    ) -> Tensor:
+        B, T, D = x.shape
+        if self.self_attention:
+            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, K)
+            if cache is not None:  # append this step's keys and values to the earlier ones
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, K)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+        else:
+            q = self.split_heads(self.q_proj(x))  # (B, H, T, K)
+            if cache is not None:
+                if cache.cross_k is None:
+                    cache.cross_k, cache.cross_v = self.project_kv(memory)
+                k, v = cache.cross_k, cache.cross_v
+            else:
+                k, v = self.project_kv(memory)  # (B, H, S, K)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+        out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+        return self.out_proj(out)
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class SublayerConnection(nn.Module):
+    """Post-norm residual (section 3.1, 5.4): LayerNorm(x + Dropout(Sublayer(x)))."""
+
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        return self.norm(x + self.dropout(sublayer_output))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then feed-forward (Figure 1, left)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout) for _ in range(2)])
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.sublayer[0](x, self.self_attn(x, mask=src_mask))
+        return self.sublayer[1](x, self.feed_forward(x))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True)
+        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=False)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout) for _ in range(3)])
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: Optional["LayerCache"] = None) -> Tensor:
+        # With a cache, x holds only new positions and may attend to every cached one.
+        x = self.sublayer[0](x, self.self_attn(x, causal=cache is None, cache=cache))
+        x = self.sublayer[1](x, self.src_attn(x, memory=memory, mask=src_mask, cache=cache))
+        return self.sublayer[2](x, self.feed_forward(x))
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's keys and values, each (B, H, length, K)."""
+
+    self_k: Optional[Tensor] = None
+    self_v: Optional[Tensor] = None
+    cross_k: Optional[Tensor] = None
+    cross_v: Optional[Tensor] = None
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding carries from one step to the next."""
+
+    memory: Tensor  # (B, S, D) encoder output
+    src_mask: Tensor  # (B, 1, 1, S) True at real source tokens
+    layers: List[LayerCache] = field(default_factory=list)
+    length: int = 0  # target positions decoded so far
+
+    def reorder(self, index: Tensor) -> "DecoderState":
+        """Keep rows `index` (B',) of every tensor: beam search's reordering of hypotheses."""
+        pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
+        layers = [LayerCache(*(pick(t) for t in (c.self_k, c.self_v, c.cross_k, c.cross_v))) for c in self.layers]
+        return DecoderState(pick(self.memory), pick(self.src_mask), layers, self.length)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax
+    projection (section 3.4), scaled by sqrt(d_model)."""
+
+    def __init__(self, cfg: ModelConfig, pad_id: int = 0):
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise ValueError(f"vocab_size ({cfg.vocab_size}) must be positive")
+        self.cfg = cfg
+        self.pad_id = pad_id
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.positional_encoding = PositionalEncoding(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.layers)])
+        self.decoder_layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.layers)])
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """As fairseq and tensor2tensor: embeddings N(0, D^-0.5), Xavier-uniform projections
+        (Q, K and V each as its own D x D matrix), zero biases. The paper does not say."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+            if isinstance(module, MultiHeadAttention):  # fused projections: one init per matrix
+                fused = module.qkv_proj if module.self_attention else module.kv_proj
+                for block in fused.weight.split(self.cfg.d_model, dim=0):
+                    nn.init.xavier_uniform_(block)
+
+    def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """Dropout(sqrt(D) * E[tokens] + PE): (B, L) -> (B, L, D)."""
+        x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)
+        return self.dropout(x + self.positional_encoding(tokens.size(1), offset))
+
+    def encode(self, src: Tensor) -> Tuple[Tensor, Tensor]:
+        """(B, S) source ids -> memory (B, S, D) and src_mask (B, 1, 1, S), True at real tokens."""
+        src_mask = (src != self.pad_id)[:, None, None, :]
+        x = self.embed(src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return x, src_mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Teacher forcing: (B, T) target input -> (B, T, D) final decoder states."""
+        x = self.embed(tgt_in)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask)
+        return x
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax projection with the shared embedding: (..., D) -> (..., V)."""
+        return F.linear(hidden, self.embedding.weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S), (B, T) -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)
+        return self.logits(self.decode(tgt_in, memory, src_mask))
+
+    def start_state(self, src: Tensor) -> DecoderState:
+        """Encode the source and set up empty caches for step()."""
+        memory, src_mask = self.encode(src)
+        return DecoderState(memory, src_mask, [LayerCache() for _ in self.decoder_layers])
+
+    def step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """One decoding step with cached keys and values: (B,) last tokens -> (B, V) log-probs.
+
+        Updates state in place; equals the last position of decode() on the whole prefix.
+        """
+        x = self.embed(tokens[:, None], offset=state.length)  # (B, 1, D)
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            x = layer(x, state.memory, state.src_mask, cache=cache)
+        state.length += 1
+        return F.log_softmax(self.logits(x[:, 0]).float(), dim=-1)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
