@@ -1,0 +1,75 @@
+"""Shared fixtures: the real data in ../shared/data, shrunk configs, one trained checkpoint."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"
+WMT14_MINI = SHARED_DATA / "wmt14-mini"
+TEXT = SHARED_DATA / "text"
+
+# A model small enough to train in seconds, on the real Multi30k dev split.
+SMALL = [
+    "config=tiny",
+    f"data.path={MULTI30K}",
+    "data.train_split=validation",
+    "data.vocab_size=600",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "model.layers=1",
+    "optim.warmup_steps=20",
+    "train.tokens_per_batch=1500",
+    "train.tokens_per_update=1500",
+    "train.max_steps=30",
+    "train.log_every=10",
+]
+
+
+def need(path: Path) -> Path:
+    """Skip (with the reason) where the shared data is missing."""
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path}")
+    return path
+
+
+@pytest.fixture
+def compose(tmp_path) -> Callable[..., object]:
+    """Compose a verb's real config with overrides, writing under tmp_path."""
+    from translate.cli import load_config
+
+    def _compose(verb: str = "train", *overrides: str):
+        base = [f"run_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}"]
+        return load_config(verb, base + list(overrides))
+
+    return _compose
+
+
+def run_cli(*args: str, cwd: Path = ROOT, check: bool = False) -> subprocess.CompletedProcess:
+    """Run `python -m translate ARGS` as a user would."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "translate", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"translate {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> List[str]:
+    """One small model trained through the CLI, shared by the tests that decode and score.
+    Returns the overrides that point the verbs at its run_dir."""
+    need(MULTI30K)
+    folder = tmp_path_factory.mktemp("trained")
+    overrides = SMALL + [f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
+    run_cli("train", *overrides, check=True)
+    return overrides

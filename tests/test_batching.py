@@ -1,0 +1,64 @@
+"""Batches by token budget: every pair once per epoch, no batch over budget, little padding."""
+
+import numpy as np
+import pytest
+import torch
+
+from translate.data.batching import collate, token_batches
+from translate.data.cache import EncodedSplit
+from translate.data.vocabulary import BOS, EOS, PAD
+
+
+def random_lengths(n=5000, seed=0):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 120, n)
+    tgt = np.clip(src + rng.integers(-10, 10, n), 1, None)
+    return src, tgt
+
+
+@pytest.mark.parametrize("budget", [300, 1000, 4096])
+def test_every_pair_exactly_once_and_within_budget(budget):
+    src, tgt = random_lengths()
+    batches = token_batches(src, tgt, budget, seed=1, epoch=0)
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(len(src)))
+    for batch in batches:
+        longest = int(np.max(np.maximum(src[batch], tgt[batch]))) + 1  # + EOS/BOS
+        assert len(batch) * longest <= budget or len(batch) == 1
+
+
+def test_single_pair_longer_than_budget_gets_its_own_batch():
+    batches = token_batches(np.array([5, 500, 7]), np.array([5, 480, 6]), 100, seed=1, epoch=0)
+    assert any(b.tolist() == [1] for b in batches)
+    assert sorted(np.concatenate(batches).tolist()) == [0, 1, 2]
+
+
+def test_order_is_seeded_and_changes_between_epochs():
+    src, tgt = random_lengths()
+    first = token_batches(src, tgt, 1000, seed=3, epoch=0)
+    again = token_batches(src, tgt, 1000, seed=3, epoch=0)
+    other = token_batches(src, tgt, 1000, seed=3, epoch=1)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not all(len(a) == len(b) and np.array_equal(a, b) for a, b in zip(first, other))
+
+
+def test_length_sorting_keeps_padding_low():
+    src, tgt = random_lengths(20000)
+    batches = token_batches(src, tgt, 4096, seed=1, epoch=0)
+    real = sum(int(src[b].sum() + tgt[b].sum()) + 2 * len(b) for b in batches)
+    padded = sum(2 * len(b) * (int(np.max(np.maximum(src[b], tgt[b]))) + 1) for b in batches)
+    assert 1 - real / padded < 0.10
+
+
+def test_collate_frames_source_and_teacher_forced_target():
+    split = EncodedSplit(
+        src_tokens=np.array([10, 11, 12, 20], dtype=np.uint16),
+        src_offsets=np.array([0, 3, 4]),
+        tgt_tokens=np.array([30, 40, 41], dtype=np.uint16),
+        tgt_offsets=np.array([0, 1, 3]),
+    )
+    batch = collate(split, np.array([0, 1]))
+    assert batch.src.tolist() == [[10, 11, 12, EOS], [20, EOS, PAD, PAD]]
+    assert batch.tgt_in.tolist() == [[BOS, 30, PAD], [BOS, 40, 41]]
+    assert batch.tgt_out.tolist() == [[30, EOS, PAD], [40, 41, EOS]]
+    assert batch.target_tokens == 5 and batch.src.dtype == torch.int64

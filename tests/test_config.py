@@ -1,0 +1,85 @@
+"""The config tree: presets carry the paper's values; bad keys fail with one line."""
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def test_base_preset_has_the_papers_values(compose):
+    cfg = compose("train", "config=base")
+    assert (cfg.model.layers, cfg.model.d_model, cfg.model.d_ff, cfg.model.heads) == (6, 512, 2048, 8)
+    assert cfg.model.dropout == 0.1 and cfg.train.label_smoothing == 0.1
+    assert cfg.optim.betas == [0.9, 0.98] and cfg.optim.eps == 1e-9 and cfg.optim.warmup_steps == 4000
+    assert cfg.optim.lr_scale == 1.0
+    assert cfg.train.tokens_per_update == 25000 and cfg.train.max_steps == 100000
+    assert (cfg.decode.beam_size, cfg.decode.length_penalty, cfg.decode.max_len_b) == (4, 0.6, 50)
+    assert (cfg.data.path, cfg.data.name, cfg.data.vocab_size) == ("wmt/wmt14", "de-en", 37000)
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de")
+
+
+def test_big_presets(compose):
+    big = compose("train", "config=big")
+    assert (big.model.d_model, big.model.d_ff, big.model.heads, big.model.dropout) == (1024, 4096, 16, 0.3)
+    assert big.train.max_steps == 300000
+    en_fr = compose("train", "config=big_en_fr")
+    assert (en_fr.model.d_model, en_fr.model.dropout) == (1024, 0.1)
+    assert (en_fr.data.name, en_fr.data.tgt_lang, en_fr.data.vocab_size) == ("fr-en", "fr", 32000)
+
+
+def test_tiny_preset_is_the_scaled_down_recipe(compose):
+    cfg = compose("train", "config=tiny")
+    assert (cfg.model.layers, cfg.model.d_model, cfg.model.d_ff, cfg.model.heads) == (3, 256, 1024, 4)
+    assert cfg.data.vocab_size == 8000 and cfg.train.tokens_per_batch == 4096
+    assert cfg.data.src_lang == "en" and cfg.data.tgt_lang == "de"
+
+
+def test_run_dir_is_derived_from_preset_and_data():
+    from translate.cli import load_config
+
+    assert load_config("train", ["config=base"]).run_dir == "runs/base-wmt14_en_de"
+    assert load_config("decode", ["config=base"]).run_dir == "runs/base-wmt14_en_de"
+    assert load_config("bleu", ["config=tiny"]).run_dir == "runs/tiny-multi30k_en_de"
+    assert load_config("train", ["config=base", "data=wmt14_en_fr"]).run_dir == "runs/base-wmt14_en_fr"
+
+
+def test_every_verb_defaults_to_base():
+    from translate.cli import load_config
+
+    for verb in ("train", "decode", "bleu"):
+        assert load_config(verb, []).run_dir == "runs/base-wmt14_en_de"
+
+
+def test_command_line_overrides_win_over_presets(compose):
+    cfg = compose("train", "config=tiny", "model.d_model=128", "optim.lr_scale=2.0")
+    assert cfg.model.d_model == 128 and cfg.optim.lr_scale == 2.0
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("model.foo=1", "model.foo"),
+        ("model.d_model=abc", "model.d_model"),
+        ("config=nope", "config/nope"),
+        ("model.d_model=100", "d_model (100) must be divisible by heads (8)"),
+    ],
+)
+def test_bad_configuration_is_one_line(override, expected):
+    result = run_cli("train", override)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0] and "Traceback" not in result.stderr
+
+
+def test_cfg_job_prints_the_papers_values():
+    result = run_cli("train", "config=base", "--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    for text in ("d_model: 512", "d_ff: 2048", "heads: 8", "warmup_steps: 4000", "eps: 1.0e-09", "beam_size: 4"):
+        assert text in result.stdout
+
+
+def test_bare_translate_lists_the_verbs():
+    result = run_cli()
+    assert result.returncode != 0
+    for verb in ("train", "decode", "bleu"):
+        assert verb in result.stdout

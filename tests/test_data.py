@@ -1,0 +1,121 @@
+"""Loading real corpora (hub layout and plain text), the vocabulary, and the token cache."""
+
+import numpy as np
+import pytest
+
+from tests.conftest import MULTI30K, TEXT, WMT14_MINI, need
+from translate.data.cache import fingerprint, prepare
+from translate.data.loading import load_corpus
+from translate.data.vocabulary import EOS, PAD, Vocabulary
+from translate.errors import TranslateError
+
+
+def test_local_wmt14_folder_takes_the_hub_path(compose):
+    need(WMT14_MINI)
+    cfg = compose("train", "config=base", f"data.path={WMT14_MINI}")
+    test = load_corpus(cfg.data, "test")
+    assert len(test) == 3003  # newstest2014, full
+    sources, targets = test.pairs()
+    assert sources[0] == "Gutach: Increased safety for pedestrians"
+    assert targets[0] == "Gutach: Noch mehr Sicherheit für Fußgänger"
+    assert len(load_corpus(cfg.data, "validation")) == 3000  # newstest2013
+
+
+def test_multi30k_group_finds_the_local_copy(compose):
+    need(MULTI30K)
+    cfg = compose("train", "config=tiny")
+    assert cfg.data.name == "de-en" and cfg.data.path.endswith("multi30k")
+    assert len(load_corpus(cfg.data, "test")) == 1000
+
+
+def test_plain_text_by_prefix(compose):
+    need(TEXT)
+    cfg = compose("train", "data=text", f"data.train={TEXT}/newstest2013", f"data.test={TEXT}/newstest2014-full.en-de")
+    train = load_corpus(cfg.data, "train")
+    assert len(train) == 3000
+    assert len(load_corpus(cfg.data, "test")) == 3003
+    src, tgt = next(train.chunks(5))
+    assert len(src) == len(tgt) == 5 and all(isinstance(s, str) and s for s in src)
+
+
+def test_misaligned_text_names_both_files(compose, tmp_path):
+    (tmp_path / "c.en").write_text("a\nb\nc\n")
+    (tmp_path / "c.de").write_text("x\ny\n")
+    cfg = compose("train", "data=text", f"data.train={tmp_path}/c")
+    with pytest.raises(TranslateError, match=r"misaligned corpus: .*c\.en has 3 lines but .*c\.de has 2"):
+        load_corpus(cfg.data, "train")
+
+
+def test_invalid_utf8_names_file_and_line(compose, tmp_path):
+    (tmp_path / "c.en").write_bytes(b"good\nbad \xff\n")
+    (tmp_path / "c.de").write_bytes(b"gut\nschlecht\n")
+    cfg = compose("train", "data=text", f"data.train={tmp_path}/c")
+    with pytest.raises(TranslateError, match=r"c\.en:2: invalid UTF-8"):
+        load_corpus(cfg.data, "train").pairs()
+
+
+def test_missing_path_and_split(compose, tmp_path):
+    cfg = compose("train", f"data.path={tmp_path}/nowhere")
+    with pytest.raises(TranslateError, match="missing data path"):
+        load_corpus(cfg.data, "train")
+    need(MULTI30K)
+    cfg = compose("train", "config=tiny")
+    with pytest.raises(TranslateError, match="no split 'nope'"):
+        load_corpus(cfg.data, "nope")
+
+
+def test_vocabulary_round_trips_and_has_fixed_special_ids():
+    sentences = [f"A man number {i} is riding a red bicycle down the street." for i in range(200)]
+    vocabulary = Vocabulary.train(sentences, vocab_size=120)
+    assert vocabulary.processor.pad_id() == PAD and vocabulary.processor.eos_id() == EOS
+    ids = vocabulary.encode(["A man is riding a bicycle."])
+    assert vocabulary.decode(ids) == ["A man is riding a bicycle."]
+    assert Vocabulary(vocabulary.model_bytes).encode(["red street"]) == vocabulary.encode(["red street"])
+
+
+def test_cache_round_trips_and_is_reused(compose):
+    need(MULTI30K)
+    cfg = compose("train", "config=tiny", "data.train_split=validation", "data.vocab_size=500")
+    logs = []
+    data = prepare(cfg.data, log=logs.append)
+    assert "preparing" in logs[0]
+    sources, targets = load_corpus(cfg.data, "validation").pairs()
+    assert len(data.train) == len(sources) == 1014
+    decoded = data.vocabulary.decode([data.train.source(i).tolist() for i in range(20)])
+    assert decoded == [" ".join(s.split()) for s in sources[:20]]
+    assert data.vocabulary.decode([data.train.target(7).tolist()]) == [" ".join(targets[7].split())]
+    again = prepare(cfg.data, log=logs.append)
+    assert "using cached corpus" in logs[-1] and again.folder == data.folder
+    assert np.array_equal(np.asarray(again.train.src_tokens), np.asarray(data.train.src_tokens))
+
+
+def test_fingerprint_follows_data_and_vocabulary_settings(compose, tmp_path):
+    (tmp_path / "c.en").write_text("a b\nc d\n")
+    (tmp_path / "c.de").write_text("x y\nz w\n")
+    base = compose("train", "data=text", f"data.train={tmp_path}/c")
+    corpus = load_corpus(base.data, "train")
+    key = fingerprint(base.data, corpus, None)
+    assert fingerprint(base.data, load_corpus(base.data, "train"), None) == key
+    assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "data.vocab_size=100").data, corpus, None) != key
+    assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "data.max_length=10").data, corpus, None) != key
+    assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "train.seed=5").data, corpus, None) == key
+    (tmp_path / "c.de").write_text("x y\nz w v\n")
+    assert fingerprint(base.data, load_corpus(base.data, "train"), None) != key
+
+
+def test_interrupted_preparation_leaves_no_trusted_cache(compose, monkeypatch):
+    need(MULTI30K)
+    cfg = compose("train", "config=tiny", "data.train_split=validation", "data.vocab_size=500")
+    import translate.data.cache as cache
+
+    def explode(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "_encode", explode)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(cfg.data, log=lambda _: None)
+    from pathlib import Path
+
+    assert not any(Path(cfg.data.cache_dir).iterdir())  # staging folder removed, nothing to trust
+    monkeypatch.undo()
+    assert len(prepare(cfg.data, log=lambda _: None).train) == 1014

@@ -1,0 +1,91 @@
+"""The training step on real data: the loss falls; accumulation equals one large batch."""
+
+import numpy as np
+import pytest
+import torch
+from dataclasses import replace
+
+from tests.conftest import MULTI30K, SMALL, need
+from translate.data.batching import collate, token_batches
+from translate.data.cache import prepare
+from translate.model import Transformer
+from translate.optim import build_optimizer
+from translate.train import accumulation_steps, train, train_step
+
+
+@pytest.fixture
+def small_data(compose):
+    need(MULTI30K)
+    cfg = compose("train", *SMALL)
+    return cfg, prepare(cfg.data, log=lambda _: None)
+
+
+def test_training_on_real_data_lowers_the_loss(small_data):
+    cfg, data = small_data
+    torch.manual_seed(0)
+    model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
+    optimizer, scheduler = build_optimizer(model, replace(cfg.optim, warmup_steps=10), cfg.model.d_model)
+    batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 1500, seed=1, epoch=0)
+    held_out = collate(data.train, batches[0])
+
+    def held_out_loss():
+        with torch.no_grad():
+            model.eval()
+            stats = train_step_no_grad(model, held_out)
+            model.train()
+            return stats
+
+    before = held_out_loss()
+    for indices in batches[1:41]:
+        train_step(model, [collate(data.train, indices)], label_smoothing=0.1)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    after = held_out_loss()
+    assert after < before - 1.0, (before, after)
+
+
+def train_step_no_grad(model, batch):
+    from translate.loss import label_smoothed_nll
+
+    logits = model(batch.src, batch.tgt_in)
+    real = batch.tgt_out != 0
+    _, nll = label_smoothed_nll(logits[real], batch.tgt_out[real], 0.0)
+    return nll.item() / batch.target_tokens
+
+
+def test_accumulation_gives_the_gradient_of_one_large_batch(small_data):
+    cfg, data = small_data
+    torch.manual_seed(0)
+    model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
+    batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 600, seed=1, epoch=0)
+    parts = [collate(data.train, batches[0]), collate(data.train, batches[1])]
+    whole = collate(data.train, np.concatenate([batches[0], batches[1]]))
+
+    train_step(model, parts, 0.1)
+    accumulated = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    train_step(model, [whole], 0.1)
+    for a, b in zip(accumulated, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_accumulation_steps_keep_the_update_size():
+    assert accumulation_steps(25000, 25000, 1) == 1
+    assert accumulation_steps(25000, 3125, 1) == 8
+    assert accumulation_steps(25000, 3125, 8) == 1
+    assert accumulation_steps(4096, 4096) == 1
+
+
+def test_max_steps_writes_a_self_describing_checkpoint(compose):
+    need(MULTI30K)
+    cfg = compose("train", *SMALL[:-2], "train.max_steps=3")
+    path = train(cfg)
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    assert payload["step"] == 3
+    assert payload["model_config"]["d_model"] == 32 and payload["model_config"]["vocab_size"] > 0
+    from translate.data.vocabulary import Vocabulary
+
+    assert len(Vocabulary(payload["vocabulary"])) == payload["model_config"]["vocab_size"]
+    model = Transformer(replace(cfg.model, vocab_size=payload["model_config"]["vocab_size"]))
+    model.load_state_dict(payload["model"])  # plain keys, loads as is
