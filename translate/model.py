@@ -204,6 +204,7 @@ class Transformer(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
+        for module in self.modules():  # after the pass above, which would overwrite this one
             if isinstance(module, MultiHeadAttention):  # fused projections: one init per matrix
                 fused = module.qkv_proj if module.self_attention else module.kv_proj
                 for block in fused.weight.split(self.cfg.d_model, dim=0):

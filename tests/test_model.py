@@ -1,0 +1,328 @@
+"""translate/model.py against independent references: torch's own Transformer layers,
+the paper's formulas computed by hand, and invariances any correct implementation has."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from translate.config import ModelConfig
+from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
+
+D, H, FF, N, V = 32, 4, 64, 2, 40
+PAD = 0
+ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is fastest, and immune to a busy machine's contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_config(dropout: float = 0.0) -> ModelConfig:
+    return ModelConfig(d_model=D, d_ff=FF, heads=H, layers=N, dropout=dropout, vocab_size=V)
+
+
+def tiny_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(tiny_config()).eval()
+
+
+def random_tokens(lengths, total: int, generator: torch.Generator) -> torch.Tensor:
+    """(B, total) ids in 4..V-1, padded with PAD after each row's length."""
+    tokens = torch.randint(4, V, (len(lengths), total), generator=generator)
+    for row, length in enumerate(lengths):
+        tokens[row, length:] = PAD
+    return tokens
+
+
+def perturb(module: nn.Module) -> None:
+    """Non-zero biases and LayerNorms away from (1, 0), so that a mixed-up mapping shows."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+            elif p.dim() == 1:
+                p.uniform_(-0.3, 0.3)
+
+
+def copy_feed_forward_and_norms(ours: nn.Module, reference: nn.Module, count: int) -> None:
+    with torch.no_grad():
+        reference.linear1.weight.copy_(ours.feed_forward.w_1.weight)
+        reference.linear1.bias.copy_(ours.feed_forward.w_1.bias)
+        reference.linear2.weight.copy_(ours.feed_forward.w_2.weight)
+        reference.linear2.bias.copy_(ours.feed_forward.w_2.bias)
+        for i in range(count):
+            norm = getattr(reference, f"norm{i + 1}")
+            norm.weight.copy_(ours.sublayer[i].norm.weight)
+            norm.bias.copy_(ours.sublayer[i].norm.bias)
+
+
+def copy_attention(ours, reference: nn.MultiheadAttention) -> None:
+    with torch.no_grad():
+        if ours.self_attention:
+            weight, bias = ours.qkv_proj.weight, ours.qkv_proj.bias
+        else:  # Q from the decoder, then K and V (in that order) from the memory
+            weight = torch.cat([ours.q_proj.weight, ours.kv_proj.weight])
+            bias = torch.cat([ours.q_proj.bias, ours.kv_proj.bias])
+        reference.in_proj_weight.copy_(weight)
+        reference.in_proj_bias.copy_(bias)
+        reference.out_proj.weight.copy_(ours.out_proj.weight)
+        reference.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def reference_layer(cls, **kwargs):
+    return cls(D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True, norm_first=False, **kwargs)
+
+
+# --- layers against torch.nn ------------------------------------------------------------
+
+
+def test_encoder_layer_matches_torch():
+    """EncoderLayer == nn.TransformerEncoderLayer (post-norm, ReLU) with a source padding mask."""
+    torch.manual_seed(0)
+    ours = EncoderLayer(tiny_config())
+    perturb(ours)
+    reference = reference_layer(nn.TransformerEncoderLayer)
+    copy_attention(ours.self_attn, reference.self_attn)
+    copy_feed_forward_and_norms(ours, reference, 2)
+    ours.eval()
+    reference.eval()
+
+    lengths = [7, 4, 1]
+    x = torch.randn(3, 7, D)
+    padding = torch.arange(7)[None, :] >= torch.tensor(lengths)[:, None]  # (B, S) True at padding
+    with torch.no_grad():
+        got = ours(x, (~padding)[:, None, None, :])
+        want = reference(x, src_key_padding_mask=padding)
+    real = ~padding
+    assert got.shape == x.shape
+    torch.testing.assert_close(got[real], want[real], atol=ATOL, rtol=0)
+
+
+def test_decoder_layer_matches_torch():
+    """DecoderLayer == nn.TransformerDecoderLayer with a causal mask and memory padding."""
+    torch.manual_seed(1)
+    ours = DecoderLayer(tiny_config())
+    perturb(ours)
+    reference = reference_layer(nn.TransformerDecoderLayer)
+    copy_attention(ours.self_attn, reference.self_attn)
+    copy_attention(ours.src_attn, reference.multihead_attn)
+    copy_feed_forward_and_norms(ours, reference, 3)
+    ours.eval()
+    reference.eval()
+
+    S, T = 6, 5
+    x, memory = torch.randn(3, T, D), torch.randn(3, S, D)
+    padding = torch.arange(S)[None, :] >= torch.tensor([6, 3, 1])[:, None]  # (B, S)
+    causal = nn.Transformer.generate_square_subsequent_mask(T)
+    with torch.no_grad():
+        got = ours(x, memory, (~padding)[:, None, None, :])
+        want = reference(x, memory, tgt_mask=causal, memory_key_padding_mask=padding, tgt_is_causal=True)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+# --- whole-model invariances ------------------------------------------------------------
+
+
+def test_future_target_tokens_do_not_change_earlier_logits():
+    """Decoder self-attention is causal: logits at t < k ignore target tokens at >= k."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(2)
+    src = random_tokens([6, 4], 6, g)
+    tgt = random_tokens([7, 7], 7, g)
+    changed = tgt.clone()
+    changed[:, 4:] = random_tokens([3, 3], 3, g) % (V - 5) + 5  # a different suffix
+    assert not torch.equal(changed[:, 4:], tgt[:, 4:])
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4], atol=ATOL, rtol=0)
+    assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3  # the later ones do change
+
+
+def test_extra_padding_leaves_real_positions_unchanged():
+    """More padding on source and target changes nothing at real positions."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(3)
+    src = random_tokens([5, 3], 5, g)
+    tgt = random_tokens([4, 2], 4, g)
+    src_padded = torch.cat([src, torch.full((2, 6), PAD)], dim=1)
+    tgt_padded = torch.cat([tgt, torch.full((2, 3), PAD)], dim=1)
+    with torch.no_grad():
+        plain = model(src, tgt)
+        padded = model(src_padded, tgt_padded)
+    torch.testing.assert_close(padded[0, :4], plain[0, :4], atol=ATOL, rtol=0)
+    torch.testing.assert_close(padded[1, :2], plain[1, :2], atol=ATOL, rtol=0)
+    # One sentence alone, with no padding at all, agrees with its padded row in the batch.
+    with torch.no_grad():
+        alone = model(src[1:, :3], tgt[1:, :2])
+    torch.testing.assert_close(padded[1, :2], alone[0], atol=ATOL, rtol=0)
+
+
+def test_cached_steps_equal_full_forward():
+    """start_state + step (cached keys/values) == log_softmax(forward) at every position."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(4)
+    src = random_tokens([6, 2, 4], 6, g)
+    tgt = random_tokens([7, 7, 7], 7, g)
+    with torch.no_grad():
+        full = torch.log_softmax(model(src, tgt), dim=-1)
+        state = model.start_state(src)
+        for t in range(tgt.size(1)):
+            torch.testing.assert_close(model.step(tgt[:, t], state), full[:, t], atol=ATOL, rtol=0)
+    assert state.length == tgt.size(1)
+
+
+def test_reorder_then_step_equals_step_on_reordered_source():
+    """DecoderState.reorder keeps exactly the chosen rows of every cache (with repeats)."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(5)
+    src = random_tokens([5, 3, 4], 5, g)
+    tgt = random_tokens([6, 6, 6], 6, g)
+    index = torch.tensor([2, 0, 2, 1])
+    with torch.no_grad():
+        state = model.start_state(src)
+        for t in range(3):
+            model.step(tgt[:, t], state)
+        state = state.reorder(index)
+        assert state.length == 3
+        fresh = model.start_state(src[index])
+        for t in range(3):
+            model.step(tgt[index, t], fresh)
+        for t in range(3, 6):
+            torch.testing.assert_close(
+                model.step(tgt[index, t], state), model.step(tgt[index, t], fresh), atol=ATOL, rtol=0
+            )
+
+
+# --- embeddings and positions -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("pos,i", [(0, 0), (1, 0), (3, 1), (17, 5), (50, 15), (999, 7)])
+def test_positional_encoding_matches_paper_formula(pos, i):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same), in float64 by hand."""
+    table = PositionalEncoding(D)(length=1000)
+    angle = pos / 10000 ** (2 * i / D)
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positional_encoding_offset_and_growth():
+    """An offset selects later positions, also beyond the initial table size."""
+    pe = PositionalEncoding(D, max_len=4)
+    rows = pe(length=3, offset=5)  # positions 5, 6, 7: past max_len
+    assert rows.shape == (3, D)
+    for k, pos in enumerate((5, 6, 7)):
+        for i in (0, 3):
+            angle = pos / 10000 ** (2 * i / D)
+            assert rows[k, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert rows[k, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_embed_scales_by_sqrt_d_model_and_adds_positions():
+    """embed() == sqrt(D) * E[token] + PE(pos + offset), with dropout off."""
+    model = tiny_model()
+    tokens = torch.tensor([[5, 9, 9], [7, 0, 3]])
+    for offset in (0, 4):
+        got = model.embed(tokens, offset=offset)
+        for b in range(2):
+            for t in range(3):
+                pos = t + offset
+                pe = torch.tensor(
+                    [
+                        math.sin(pos / 10000 ** (j / D)) if j % 2 == 0 else math.cos(pos / 10000 ** ((j - 1) / D))
+                        for j in range(D)
+                    ],
+                    dtype=torch.float64,
+                )
+                want = math.sqrt(D) * model.embedding.weight[tokens[b, t]].double() + pe
+                torch.testing.assert_close(got[b, t].double(), want, atol=1e-5, rtol=0)
+
+
+def test_output_projection_is_the_shared_embedding():
+    """logits == hidden @ E^T with E the (one) embedding matrix, and it is one tensor."""
+    model = tiny_model()
+    hidden = torch.randn(2, 3, D)
+    torch.testing.assert_close(model.logits(hidden), hidden @ model.embedding.weight.T, atol=ATOL, rtol=0)
+    model.zero_grad()
+    model.logits(hidden).sum().backward()  # d(sum h E^T)/dE = sum of h, in every row
+    torch.testing.assert_close(model.embedding.weight.grad, hidden.sum((0, 1)).expand(V, D), atol=ATOL, rtol=0)
+    embeddings = [p for p in model.parameters() if p.shape == (V, D)]
+    assert len(embeddings) == 1 and embeddings[0] is model.embedding.weight
+    with torch.no_grad():  # editing the embedding moves the logits: no hidden copy
+        model.embedding.weight[6].add_(1.0)
+    torch.testing.assert_close(model.logits(hidden), hidden @ model.embedding.weight.T, atol=ATOL, rtol=0)
+
+
+# --- sizes and initialization -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "d_model,d_ff,heads,low,high",
+    [(512, 2048, 8, 62e6, 64e6), (1024, 4096, 16, 212e6, 215.5e6)],
+    ids=["base", "big"],
+)
+def test_parameter_counts_match_paper(d_model, d_ff, heads, low, high):
+    """Base about 63M (paper: 65M), big about 213M, with a shared 37000-token vocabulary."""
+    cfg = ModelConfig(d_model=d_model, d_ff=d_ff, heads=heads, layers=6, vocab_size=37000)
+    with torch.device("meta"):  # counts shapes without allocating
+        n = Transformer(cfg).num_parameters()
+    # Exact count from the architecture: E, then per layer attention + FFN + LayerNorms.
+    attention = 4 * (d_model * d_model + d_model)
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    exact = 37000 * d_model + 6 * (attention + ffn + 4 * d_model) + 6 * (2 * attention + ffn + 6 * d_model)
+    assert n == exact
+    assert low < n < high
+
+
+def init_model() -> Transformer:
+    torch.manual_seed(6)
+    return Transformer(ModelConfig(d_model=64, d_ff=128, heads=4, layers=2, dropout=0.0, vocab_size=2000))
+
+
+def test_initialization_embedding_and_biases():
+    """Embeddings N(0, D^-0.5); every linear bias zero; other linears Xavier-uniform."""
+    model, d = init_model(), 64
+    weight = model.embedding.weight
+    assert weight.mean().abs() < 0.01
+    assert weight.std().item() == pytest.approx(d**-0.5, rel=0.03)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            assert torch.count_nonzero(module.bias) == 0, name
+    for linear, fan_in, fan_out in [
+        (model.encoder_layers[0].feed_forward.w_1, 64, 128),
+        (model.decoder_layers[1].feed_forward.w_2, 128, 64),
+        (model.decoder_layers[0].self_attn.out_proj, 64, 64),
+        (model.decoder_layers[0].src_attn.q_proj, 64, 64),
+    ]:
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert 0.95 * bound < linear.weight.abs().max().item() <= bound
+
+
+def test_initialization_fused_projections_per_block():
+    """Each D x D block of qkv_proj (Q, K, V) and kv_proj (K, V) has Xavier bound sqrt(6/(D+D))."""
+    model, d = init_model(), 64
+    bound = math.sqrt(6 / (d + d))  # one d x d matrix; the fused (3d x d) one would be sqrt(6 / 4d)
+    blocks = []
+    for layer in list(model.encoder_layers) + list(model.decoder_layers):
+        blocks += layer.self_attn.qkv_proj.weight.split(d)
+    for layer in model.decoder_layers:
+        blocks += layer.src_attn.kv_proj.weight.split(d)
+    assert len(blocks) == 3 * 4 + 2 * 2
+    for block in blocks:
+        assert 0.95 * bound < block.abs().max().item() <= bound
+        assert block.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)  # uniform(-a, a)
+
+
+def test_bad_head_count_is_refused():
+    """d_model not divisible by heads: ValueError naming both numbers."""
+    with pytest.raises(ValueError) as error:
+        ModelConfig(d_model=500, heads=8)
+    assert "500" in str(error.value) and "8" in str(error.value)
