@@ -26,7 +26,8 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 VERBS: Dict[str, tuple] = {
     "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
-    "bleu": ("translate.score:bleu", "sacreBLEU of decode's output against the references"),
+    "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
+    "export": ("translate.export:export", "write the model for CTranslate2 (export.output=DIR)"),
 }
 
 USAGE = (

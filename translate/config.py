@@ -85,15 +85,33 @@ class DecodeConfig:
     length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
-    tokens_per_batch: int = 4000  # padded source tokens per decoding batch
+    tokens_per_batch: int = 4000  # padded source tokens (times beam size) per decoding batch
+    nbest: int = 1  # hypotheses written per sentence (index, score, text; tab-separated when > 1)
+    sampling: bool = False  # sample instead of searching (temperature, top_k, top_p apply)
+    temperature: float = 1.0  # divides the logits before sampling
+    top_k: int = 0  # sample among the k most probable tokens; 0 keeps all
+    top_p: float = 1.0  # sample within the smallest set of tokens whose probability reaches p
+    seed: int = 1  # seeds sampling
 
 
 @dataclass
 class BleuConfig:
-    """Scoring with sacreBLEU."""
+    """Scoring: sacreBLEU, chrF and the paper's tokenized BLEU."""
 
     hyp: Optional[str] = None  # translations; default: decode's output
     ref: Optional[str] = None  # references; default: the reference decode wrote beside it
+    baseline: Optional[str] = None  # a second system's translations: paired bootstrap test against hyp
+    bootstrap_samples: int = 1000  # resamples of the paired bootstrap test
+    format: str = "text"  # text (readable lines) or json (one object with every score)
+
+
+@dataclass
+class ExportConfig:
+    """Conversion of a checkpoint to a production inference engine."""
+
+    format: str = "ctranslate2"  # only ctranslate2 for now
+    output: Optional[str] = None  # folder to write; default <run_dir>/export/<format>
+    checkpoint: Optional[str] = None  # default: the checkpoint decode would use
 
 
 @dataclass
@@ -107,3 +125,4 @@ class TranslateConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     bleu: BleuConfig = field(default_factory=BleuConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
