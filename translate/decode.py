@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from translate.data.loading import load_corpus, read_lines
 from translate.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
 from translate.errors import TranslateError
 from translate.model import Transformer
-from translate.search import beam_search, greedy_search
+from translate.search import Hypothesis, beam_search, sample
 
 log = logging.getLogger("translate.decode")
+
+BANNED = (PAD, BOS, UNK)  # never produced: padding, a second start, unknown pieces
 
 
 @dataclass
@@ -48,7 +51,11 @@ class Translator:
         model.eval()
         return cls(model, vocabulary, payload.get("languages"))
 
-    def translate(
+    def translate(self, sentences: Sequence[str], **options) -> List[str]:
+        """Detokenized best translations, in input order (options: see search())."""
+        return [self.vocabulary.decode([hypotheses[0].tokens])[0] for hypotheses in self.search(sentences, **options)]
+
+    def search(
         self,
         sentences: Sequence[str],
         beam_size: int = 4,
@@ -56,33 +63,40 @@ class Translator:
         max_len_a: float = 1.0,
         max_len_b: int = 50,
         tokens_per_batch: int = 4000,
-    ) -> List[str]:
-        """Detokenized translations, in input order. Batches group sentences of similar length."""
+        sampling: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 1,
+    ) -> List[List[Hypothesis]]:
+        """Each sentence's hypotheses, best first, in input order.
+
+        Sentences are sorted by length and batched so that a batch holds about
+        tokens_per_batch padded source tokens times the beam size; the output length is
+        limited to max_len_a * source length + max_len_b (paper: input length + 50).
+        """
         encoded = self.vocabulary.encode(list(sentences))
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
-        outputs: List[Optional[List[int]]] = [None] * len(encoded)
+        rows = 1 if sampling else beam_size
+        generator = torch.Generator().manual_seed(seed)
+        results: List[List[Hypothesis]] = [[] for _ in encoded]
         start = 0
         while start < len(order):
-            # Beam search holds beam_size rows per sentence.
-            size = max(1, tokens_per_batch // (int(lengths[order[start]]) * beam_size))
+            size = max(1, tokens_per_batch // (int(lengths[order[start]]) * rows))
             chunk = order[start : start + size]
             start += size
-            for index, tokens in zip(chunk, self._search([encoded[i] for i in chunk], beam_size, length_penalty, max_len_a, max_len_b)):
-                outputs[index] = tokens
-        return self.vocabulary.decode(outputs)
-
-    @torch.no_grad()
-    def _search(self, sources: List[List[int]], beam_size, alpha, max_len_a, max_len_b) -> List[List[int]]:
-        src = pad([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS)  # (B, S)
-        state = self.model.start_state(src)
-        # Output length limit, EOS included: a * source length + b.
-        max_lengths = [int(max_len_a * len(s) + max_len_b) + 1 for s in sources]
-        banned = (PAD, BOS, UNK)
-        if beam_size == 1:
-            return greedy_search(self.model.step, state, max_lengths, BOS, EOS, banned=banned)
-        finished = beam_search(self.model.step, state, max_lengths, beam_size, alpha, BOS, EOS, banned=banned)
-        return [hypotheses[0].tokens for hypotheses in finished]
+            sources = [encoded[i] for i in chunk]
+            src = pad([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS)  # (B, S)
+            state = self.model.start_state(src)
+            max_lengths = [int(max_len_a * len(s) + max_len_b) + 1 for s in sources]  # EOS included
+            if sampling:
+                found = [[h] for h in sample(self.model.step, state, max_lengths, BOS, EOS, temperature, top_k, top_p, BANNED, generator)]
+            else:
+                found = beam_search(self.model.step, state, max_lengths, beam_size, length_penalty, BOS, EOS, BANNED)
+            for index, hypotheses in zip(chunk, found):
+                results[index] = hypotheses
+        return results
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:
@@ -98,13 +112,44 @@ def write_lines(path: Path, lines: Sequence[str]) -> None:
         raise
 
 
-def decode(cfg: TranslateConfig) -> Path:
-    """Translate decode.input or the decode.split of the data; returns the output path."""
+def search_options(cfg: TranslateConfig) -> dict:
+    """The decode.* settings that shape the search, as Translator.search() keywords."""
+    d = cfg.decode
+    if d.beam_size < 1 or d.nbest < 1 or d.nbest > max(d.beam_size, 1):
+        raise TranslateError(f"decode.nbest ({d.nbest}) must be between 1 and decode.beam_size ({d.beam_size})")
+    if d.sampling and d.temperature <= 0:
+        raise TranslateError(f"decode.temperature ({d.temperature}) must be positive")
+    return dict(
+        beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
+        tokens_per_batch=d.tokens_per_batch, sampling=d.sampling, temperature=d.temperature,
+        top_k=d.top_k, top_p=d.top_p, seed=d.seed,
+    )
+
+
+def format_output(translator: Translator, results: List[List[Hypothesis]], nbest: int, first_index: int = 0) -> List[str]:
+    """One line per sentence; with nbest > 1, `index<TAB>score<TAB>text` for each hypothesis."""
+    if nbest == 1:
+        return translator.vocabulary.decode([hypotheses[0].tokens for hypotheses in results])
+    lines = []
+    for index, hypotheses in enumerate(results, first_index):
+        texts = translator.vocabulary.decode([h.tokens for h in hypotheses[:nbest]])
+        lines.extend(f"{index}\t{h.score:.4f}\t{text}" for h, text in zip(hypotheses, texts))
+    return lines
+
+
+def decode(cfg: TranslateConfig) -> Optional[Path]:
+    """Translate decode.input (a file, or - for stdin to stdout) or the decode.split of the
+    data; returns the output path."""
+    options = search_options(cfg)
     translator = Translator.from_checkpoint(paths.checkpoint(cfg))
     wanted = [cfg.data.src_lang, cfg.data.tgt_lang]
     if translator.languages and list(translator.languages) != wanted:
         src, tgt = translator.languages
         raise TranslateError(f"the checkpoint translates {src}->{tgt}, but the data asks for {wanted[0]}->{wanted[1]}")
+    torch.set_grad_enabled(False)
+    if cfg.decode.input == "-":
+        _stream(translator, options, cfg.decode.nbest)
+        return None
     references: Optional[List[str]] = None
     if cfg.decode.input:
         sources = read_lines(cfg.decode.input)
@@ -116,24 +161,25 @@ def decode(cfg: TranslateConfig) -> Path:
     output = paths.decode_output(cfg)
     if cfg.decode.input and output.resolve() == Path(cfg.decode.input).resolve():
         raise TranslateError(f"decode.output {output} would overwrite the input")
-    torch.set_grad_enabled(False)
-    log.info(f"translating {len(sources):,} sentences of {what} (beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty})")
+    method = "sampling" if cfg.decode.sampling else f"beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty}"
+    log.info(f"translating {len(sources):,} sentences of {what} ({method})")
     started = time.monotonic()
-    hypotheses = translator.translate(
-        sources,
-        beam_size=cfg.decode.beam_size,
-        length_penalty=cfg.decode.length_penalty,
-        max_len_a=cfg.decode.max_len_a,
-        max_len_b=cfg.decode.max_len_b,
-        tokens_per_batch=cfg.decode.tokens_per_batch,
-    )
+    results = translator.search(sources, **options)
     seconds = time.monotonic() - started
-    write_lines(output, hypotheses)
+    write_lines(output, format_output(translator, results, cfg.decode.nbest))
     if references is not None:
         write_lines(paths.decode_reference(cfg), references)
-    tokens = sum(len(ids) for ids in translator.vocabulary.encode(hypotheses))
+    tokens = sum(len(hypotheses[0].tokens) + 1 for hypotheses in results)
     log.info(
         f"wrote {output}: {len(sources) / seconds:.1f} sentences/s, {tokens / seconds:.0f} target tokens/s "
         f"({seconds:.1f} s, {torch.get_num_threads()} threads)"
     )
     return output
+
+
+def _stream(translator: Translator, options: dict, nbest: int) -> None:
+    """Interactive use: each line from stdin is translated and printed at once."""
+    for index, line in enumerate(sys.stdin):
+        results = translator.search([line.rstrip("\r\n")], **options)
+        for text in format_output(translator, results, nbest, first_index=index):
+            print(text, flush=True)

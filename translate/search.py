@@ -1,4 +1,4 @@
-"""Greedy and beam search (paper, section 6.1) over any incremental step function.
+"""Greedy search, beam search (paper, section 6.1) and sampling over any incremental step function.
 
 The search needs only `step(last_tokens (N,), state) -> log-probs (N, V)` and
 `state.reorder(index (N',)) -> state`, so tests can drive it with hand-set probability
@@ -50,25 +50,23 @@ def beam_search(
     sentence b, EOS included, and EOS is forced when it is reached. As in fairseq, each step
     takes the 2K best continuations of the K live hypotheses: EOS among the top K finishes
     a hypothesis (scored with the length penalty), the best K others live on; a sentence is
-    done when K hypotheses have finished (early termination).
+    done when K hypotheses have finished (early termination), and its rows leave the batch.
     """
-    B, K = len(max_lengths), beam_size
+    K = beam_size
     device = _device_of(state)
+    active = torch.arange(len(max_lengths), device=device)  # (B,) sentence of each live row group
     limit = torch.tensor(list(max_lengths), device=device)  # (B,)
-    rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) sentence of each row
-    state = state.reorder(rows)
-    scores = torch.full((B, K), float("-inf"), device=device)
+    state = state.reorder(active.repeat_interleave(K))  # K rows per sentence
+    scores = torch.full((len(active), K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
-    history = torch.full((B * K, 0), bos, dtype=torch.long, device=device)  # (B*K, t)
-    last = torch.full((B * K,), bos, dtype=torch.long, device=device)
-    finished: List[List[Hypothesis]] = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    beam_offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1)
+    history = torch.full((len(active) * K, 0), bos, dtype=torch.long, device=device)  # (B*K, t)
+    last = torch.full((len(active) * K,), bos, dtype=torch.long, device=device)
+    finished: List[List[Hypothesis]] = [[] for _ in max_lengths]
 
     for t in range(int(limit.max())):
-        log_probs = step(last, state)  # (B*K, V)
+        B = len(active)
+        log_probs = step(last, state).clone()  # (B*K, V)
         V = log_probs.size(-1)
-        log_probs = log_probs.clone()
         if banned:
             log_probs[:, list(banned)] = float("-inf")
         at_limit = (limit <= t + 1).repeat_interleave(K)  # (B*K,) only EOS may follow
@@ -79,33 +77,90 @@ def beam_search(
         candidates = (scores[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B, 2K)
         top_beam, top_token = top_index // V, top_index % V  # (B, 2K)
+        row_offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1)
 
         # Finish EOS continuations that rank among the top K.
         is_eos = top_token == eos
-        finish = is_eos[:, :K] & torch.isfinite(top_scores[:, :K]) & ~done[:, None]
+        finish = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
         penalty = length_penalty(t + 1, alpha)
         for b, j in finish.nonzero().tolist():
-            row = int(beam_offsets[b, 0] + top_beam[b, j])
-            log_prob = float(top_scores[b, j])
-            if len(finished[b]) < K:
-                finished[b].append(Hypothesis(history[row].tolist(), log_prob, log_prob / penalty))
-        done |= torch.tensor([len(f) >= K for f in finished], device=device)
-        if bool(done.all()):
+            hypotheses = finished[int(active[b])]
+            if len(hypotheses) < K:
+                log_prob = float(top_scores[b, j])
+                row = int(row_offsets[b, 0] + top_beam[b, j])
+                hypotheses.append(Hypothesis(history[row].tolist(), log_prob, log_prob / penalty))
+        live = torch.tensor([len(finished[int(a)]) < K for a in active.tolist()], device=device)  # (B,)
+        if not bool(live.any()):
             break
 
-        # The best K non-EOS continuations live on (there are always at least K).
+        # The best K non-EOS continuations of the unfinished sentences live on (there are
+        # always at least K); finished sentences leave the batch.
         rank = torch.arange(2 * K, device=device).expand(B, 2 * K) + is_eos * (2 * K)
-        keep = rank.topk(K, dim=1, largest=False).indices  # (B, K) positions among the 2K
-        scores = top_scores.gather(1, keep)
-        scores[done] = float("-inf")  # finished sentences stop competing
-        origin = (beam_offsets + top_beam.gather(1, keep)).view(-1)  # (B*K,) rows they extend
-        last = top_token.gather(1, keep).view(-1)
+        keep = rank.topk(K, dim=1, largest=False).indices[live]  # (B', K) positions among the 2K
+        scores = top_scores[live].gather(1, keep)  # (B', K)
+        origin = (row_offsets[live] + top_beam[live].gather(1, keep)).view(-1)  # (B'*K,) rows extended
+        last = top_token[live].gather(1, keep).view(-1)  # (B'*K,)
         history = torch.cat([history.index_select(0, origin), last[:, None]], dim=1)
         state = state.reorder(origin)
+        active, limit = active[live], limit[live]
 
     for hypotheses in finished:
         hypotheses.sort(key=lambda h: h.score, reverse=True)
     return finished
+
+
+@torch.no_grad()
+def sample(
+    step: StepFunction,
+    state: SearchState,
+    max_lengths: Sequence[int],
+    bos: int,
+    eos: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    banned: Sequence[int] = (),
+    generator: torch.Generator | None = None,
+) -> List[Hypothesis]:
+    """One sampled output per sentence from softmax(logits / temperature), optionally
+    restricted to the top_k tokens and to the smallest set whose probability reaches top_p."""
+    if temperature <= 0:
+        raise ValueError(f"temperature ({temperature}) must be positive")
+    B = len(max_lengths)
+    last = torch.full((B,), bos, dtype=torch.long, device=_device_of(state))
+    outputs: List[List[int]] = [[] for _ in range(B)]
+    log_prob = [0.0] * B
+    finished = [False] * B
+    for t in range(max(max_lengths)):
+        logits = step(last, state).clone() / temperature  # (B, V) log-probs, rescaled
+        if banned:
+            logits[:, list(banned)] = float("-inf")
+        if top_k > 0:
+            kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+            logits[logits < kth] = float("-inf")
+        if top_p < 1.0:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+            outside = cumulative - sorted_logits.softmax(dim=-1) >= top_p  # mass before this token
+            logits.scatter_(1, order, sorted_logits.masked_fill(outside, float("-inf")))
+        log_probs = logits.log_softmax(dim=-1)
+        for b in range(B):
+            if not finished[b] and t + 1 >= max_lengths[b]:  # only EOS may follow
+                log_probs[b] = float("-inf")
+                log_probs[b, eos] = 0.0
+        last = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(1)  # (B,)
+        for b in range(B):
+            if finished[b]:
+                continue
+            token = int(last[b])
+            log_prob[b] += float(log_probs[b, token])
+            if token == eos:
+                finished[b] = True
+            else:
+                outputs[b].append(token)
+        if all(finished):
+            break
+    return [Hypothesis(tokens, lp, lp) for tokens, lp in zip(outputs, log_prob)]
 
 
 @torch.no_grad()

@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Beam-4 decoding speed on the CPU, side by side in one run: one JSON line per measurement.
+
+On the same checkpoint and the same real test sentences (default: the Multi30k test split):
+  - ours: batched beam search on the cached incremental step (in-process),
+  - plain: the same search, but every step recomputes the decoder over the whole prefix,
+  - ctranslate2: the exported model in CTranslate2 (same threads, in-process),
+  - cli: a whole `translate decode` process, start-up included.
+Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal quality.
+
+    make demo    # trains runs/tiny-multi30k_en_de/checkpoint_last.pt first
+    .venv/bin/python scripts/bench_decode.py --limit 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from translate.cli import load_config  # noqa: E402
+from translate.data.loading import load_corpus  # noqa: E402
+from translate.decode import Translator  # noqa: E402
+from translate.score import corpus_bleu  # noqa: E402
+
+
+def emit(**record) -> None:
+    print(json.dumps(record), flush=True)
+
+
+@dataclass
+class PrefixState:
+    """State of the plain decoder: the encoder output and the whole prefix so far."""
+
+    memory: torch.Tensor  # (B, S, D)
+    src_mask: torch.Tensor  # (B, 1, 1, S)
+    prefix: torch.Tensor  # (B, t)
+
+    def reorder(self, index: torch.Tensor) -> "PrefixState":
+        return PrefixState(self.memory.index_select(0, index), self.src_mask.index_select(0, index), self.prefix.index_select(0, index))
+
+
+class PlainModel:
+    """The model without incremental decoding: each step runs the decoder on the whole prefix."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def start_state(self, src):
+        memory, src_mask = self.model.encode(src)
+        return PrefixState(memory, src_mask, torch.zeros(src.size(0), 0, dtype=torch.long))
+
+    def step(self, tokens, state: PrefixState):
+        state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        hidden = self.model.decode(state.prefix, state.memory, state.src_mask)  # (B, t, D)
+        return F.log_softmax(self.model.logits(hidden[:, -1]).float(), dim=-1)
+
+
+def measure(name: str, translate, sources: List[str], references: List[str], **extra) -> dict:
+    started = time.perf_counter()
+    hypotheses = translate(sources)
+    seconds = time.perf_counter() - started
+    return report(name, hypotheses, references, seconds, **extra)
+
+
+def report(name, hypotheses, references, seconds, tokenizer=None, **extra) -> dict:
+    score, _ = corpus_bleu(hypotheses, references)
+    tokens = sum(len(ids) + 1 for ids in tokenizer(hypotheses)) if tokenizer else None
+    record = dict(measurement=f"decode_{name}", sentences=len(hypotheses), seconds=round(seconds, 2),
+                  sentences_per_s=round(len(hypotheses) / seconds, 1),
+                  target_tokens_per_s=round(tokens / seconds, 1) if tokens else None,
+                  bleu=round(score.score, 2), threads=torch.get_num_threads(), **extra)
+    emit(**record)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", default=str(ROOT / "runs/tiny-multi30k_en_de/checkpoint_last.pt"))
+    parser.add_argument("--config", default="tiny", help="preset whose data and decode settings are used")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
+    parser.add_argument("--plain-limit", type=int, default=200, help="sentences for the slow plain decoder")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "cli"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+
+    cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}"])
+    sources, references = load_corpus(cfg.data, args.split).pairs()
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+    translator = Translator.from_checkpoint(Path(args.checkpoint))
+    encode = translator.vocabulary.encode
+    d = cfg.decode
+    options = dict(beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
+                   max_len_b=d.max_len_b, tokens_per_batch=d.tokens_per_batch)
+    ours = measure("ours", lambda s: translator.translate(s, **options), sources, references,
+                   tokenizer=encode, beam_size=d.beam_size)
+
+    if "plain" not in args.skip:
+        n = min(args.plain_limit, len(sources))
+        plain = Translator(PlainModel(translator.model), translator.vocabulary)  # same search, no cache
+        subset_ours = measure("ours_subset", lambda s: translator.translate(s, **options), sources[:n], references[:n], tokenizer=encode)
+        subset_plain = measure("plain_subset", lambda s: plain.translate(s, **options), sources[:n], references[:n], tokenizer=encode)
+        emit(measurement="decode_speedup_over_plain", sentences=n,
+             ratio=round(subset_ours["sentences_per_s"] / subset_plain["sentences_per_s"], 2),
+             same_bleu=subset_ours["bleu"] == subset_plain["bleu"])
+
+    if "ctranslate2" not in args.skip:
+        from translate.export import ctranslate2_translate, export
+
+        with tempfile.TemporaryDirectory() as folder:
+            export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
+            ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads),
+                          sources, references, tokenizer=encode, beam_size=d.beam_size)
+        emit(measurement="decode_ours_over_ctranslate2", ratio=round(ours["sentences_per_s"] / ct2["sentences_per_s"], 2))
+
+    if "cli" not in args.skip:
+        with tempfile.TemporaryDirectory() as folder:
+            src = Path(folder) / "input.txt"
+            src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
+                            f"decode.checkpoint={args.checkpoint}", f"decode.input={src}",
+                            f"decode.output={folder}/out.txt", f"run_dir={folder}/run"], check=True, cwd=ROOT,
+                           capture_output=True)
+            seconds = time.perf_counter() - started
+            hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
+            report("cli_process", hypotheses, references, seconds, tokenizer=encode)
+
+
+if __name__ == "__main__":
+    main()

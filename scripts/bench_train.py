@@ -1,0 +1,180 @@
+#!/usr/bin/env python
+"""Training throughput on the CPU, side by side in one run: one JSON line per measurement.
+
+Measures, on real Multi30k batches: the fp32 matrix-product peak of this machine, our training
+step (target tokens/s, MFU against that peak, padding share), and a plain reference loop built
+on torch.nn.Transformer with fixed-size sentence batches (no length bucketing).
+
+    .venv/bin/python scripts/bench_train.py --model tiny --steps 30
+    .venv/bin/python scripts/bench_train.py --model base --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from translate.cli import load_config  # noqa: E402
+from translate.data.batching import collate, pad, token_batches  # noqa: E402
+from translate.data.cache import prepare  # noqa: E402
+from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
+from translate.model import Transformer  # noqa: E402
+from translate.optim import build_optimizer  # noqa: E402
+from translate.train import train_step  # noqa: E402
+
+
+def emit(**record) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def matmul_peak(seconds: float = 3.0, n: int = 2048) -> float:
+    """fp32 GFLOP/s of a large square matrix product with the current threads."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def flops_per_target_token(cfg, src_len: float, tgt_len: float) -> float:
+    """Training FLOPs (forward + backward = 3 x forward) per target token: 6 x the weights a
+    token passes through (the tied output projection included), plus attention products."""
+    d, f, n, v = cfg.d_model, cfg.d_ff, cfg.layers, cfg.vocab_size
+    encoder = n * (4 * d * d + 2 * d * f) * (src_len / tgt_len)  # per target token
+    decoder = n * (8 * d * d + 2 * d * f)
+    projection = d * v
+    attention = 2 * n * d * (src_len * (src_len / tgt_len) + tgt_len / 2 + src_len)  # QK^T and AV
+    return 6 * (encoder + decoder + projection + attention)
+
+
+class Reference(nn.Module):
+    """A plain Transformer on torch.nn.Transformer: same sizes, tied embeddings, no tricks."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD)
+        self.transformer = nn.Transformer(
+            cfg.d_model, cfg.heads, cfg.layers, cfg.layers, cfg.d_ff, cfg.dropout, batch_first=True
+        )
+        position = torch.arange(1024)[:, None]
+        frequency = torch.exp(torch.arange(0, cfg.d_model, 2) * (-math.log(10000.0) / cfg.d_model))
+        table = torch.zeros(1024, cfg.d_model)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+        self.register_buffer("positions", table)
+
+    def forward(self, src, tgt_in):
+        embed = lambda x: self.embedding(x) * math.sqrt(self.d_model) + self.positions[: x.size(1)]  # noqa: E731
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        hidden = self.transformer(
+            embed(src), embed(tgt_in), tgt_mask=causal,
+            src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD,
+        )
+        return hidden @ self.embedding.weight.T
+
+
+def time_steps(run_one, batches, warmup: int):
+    """Seconds and target tokens of the steps after `warmup` untimed ones."""
+    for batch in batches[:warmup]:
+        run_one(batch)
+    start = time.perf_counter()
+    tokens = sum(run_one(batch) for batch in batches[warmup:])
+    return time.perf_counter() - start, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", choices=["tiny", "base", "big"])
+    parser.add_argument("--steps", type=int, default=30, help="timed updates per implementation")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed updates first")
+    parser.add_argument("--tokens-per-batch", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--skip-reference", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    cfg = load_config("train", ["config=tiny", f"model={args.model}", "model.dropout=0.1"])
+    data = prepare(cfg.data, log=lambda _: None)
+    model_cfg = replace(cfg.model, vocab_size=len(data.vocabulary))
+    split = data.train
+    batches = token_batches(split.src_lengths, split.tgt_lengths, args.tokens_per_batch, seed=1, epoch=0)
+    n = args.warmup + args.steps
+    ours = [collate(split, b) for b in batches[:n]]
+    src_len = float(np.mean(split.src_lengths)) + 1
+    tgt_len = float(np.mean(split.tgt_lengths)) + 1
+    flops = flops_per_target_token(model_cfg, src_len, tgt_len)
+
+    peak = matmul_peak()
+    emit(measurement="matmul_peak", gflops=round(peak, 1), threads=args.threads)
+
+    model = Transformer(model_cfg)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, model_cfg.d_model)
+
+    def our_step(batch):
+        stats = train_step(model, [batch], cfg.train.label_smoothing)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return stats.target_tokens
+
+    seconds, tokens = time_steps(our_step, ours, args.warmup)
+    ours_rate = tokens / seconds
+    padding = 1 - sum(b.real_tokens for b in ours) / sum(b.padded_tokens for b in ours)
+    emit(measurement="train_ours", model=args.model, target_tokens_per_s=round(ours_rate, 1),
+         mfu=round(ours_rate * flops / (peak * 1e9), 3), gflop_per_target_token=round(flops / 1e9, 4),
+         padding=round(padding, 3), steps=args.steps, tokens_per_batch=args.tokens_per_batch)
+
+    if args.skip_reference:
+        return
+    # The reference: shuffled fixed-size sentence batches, padded to their longest member.
+    # As many sentences as our batches hold on average, so both see the same real tokens.
+    sentences = max(1, round(sum(len(b.indices) for b in ours) / len(ours)))
+    order = np.random.default_rng(1).permutation(len(split))
+    reference_batches = []
+    for i in range(n):
+        idx = order[i * sentences : (i + 1) * sentences]
+        reference_batches.append((pad([split.source(j) for j in idx], suffix=EOS),
+                                  pad([split.target(j) for j in idx], prefix=BOS),
+                                  pad([split.target(j) for j in idx], suffix=EOS)))
+    reference = Reference(model_cfg)
+    ref_optimizer = torch.optim.Adam(reference.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def reference_step(batch):
+        src, tgt_in, tgt_out = batch
+        logits = reference(src, tgt_in)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt_out.view(-1), ignore_index=PAD,
+                               label_smoothing=cfg.train.label_smoothing, reduction="sum")
+        target_tokens = int((tgt_out != PAD).sum())
+        (loss / target_tokens).backward()
+        ref_optimizer.step()
+        ref_optimizer.zero_grad(set_to_none=True)
+        return target_tokens
+
+    seconds, tokens = time_steps(reference_step, reference_batches, args.warmup)
+    reference_rate = tokens / seconds
+    reference_padding = 1 - sum(int((s != PAD).sum() + (t != PAD).sum()) for s, _, t in reference_batches) / sum(
+        s.numel() + t.numel() for s, _, t in reference_batches)
+    emit(measurement="train_reference", model=args.model, target_tokens_per_s=round(reference_rate, 1),
+         mfu=round(reference_rate * flops / (peak * 1e9), 3), padding=round(reference_padding, 3),
+         sentences_per_batch=sentences, steps=args.steps)
+    emit(measurement="train_speedup", model=args.model, ours_over_reference=round(ours_rate / reference_rate, 2))
+
+
+if __name__ == "__main__":
+    main()
