@@ -1,36 +1,231 @@
-"""The `translate bleu` verb: sacreBLEU of translations against references."""
+"""The `translate bleu` verb: a scoring report of translations against references.
+
+sacreBLEU and chrF (with their signatures), the paper's tokenized BLEU (tensor2tensor's
+get_ende_bleu.sh: Moses tokenization, compound splitting for German, multi-bleu), which
+newstest2014 variant was scored and, against a baseline, sacreBLEU's paired bootstrap test.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import re
 from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
 
 from translate import paths
 from translate.config import TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError
 
+FORMATS = ("text", "json")
+SEED = 12345  # the paired bootstrap's resampling seed (sacreBLEU's own default)
+# `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'` works on UTF-8 bytes: \S is any byte but ASCII
+# whitespace, so one match may end inside a character and the next start in it ("ü-ä-ö" splits
+# twice, "a-b-c" once); /g resumes after each match, as re.sub does. Hence a bytes pattern.
+_COMPOUND = re.compile(rb"(\S)-(\S)")
+_VARIANTS = {
+    3003: "newstest2014 full (3,003 lines, sacreBLEU wmt14/full)",
+    2737: "newstest2014 filtered (2,737 lines, sacreBLEU wmt14)",
+}
 
-def corpus_bleu(hypotheses: list, references: list):
-    """sacreBLEU's corpus BLEU (13a tokenization, mixed case) with its signature."""
+
+def corpus_bleu(hypotheses: List[str], references: List[str]) -> Tuple[Any, Any]:
+    """sacreBLEU's corpus BLEU (13a tokenization, mixed case): (BLEUScore, signature)."""
     from sacrebleu.metrics import BLEU
 
-    if len(hypotheses) != len(references):
-        raise TranslateError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    _check_aligned(hypotheses, references)
     metric = BLEU()
     return metric.corpus_score(hypotheses, [references]), metric.get_signature()
 
 
+def corpus_chrf(hypotheses: List[str], references: List[str]) -> Tuple[Any, Any]:
+    """sacreBLEU's chrF (chrF2, character 6-grams): (CHRFScore, signature)."""
+    from sacrebleu.metrics import CHRF
+
+    _check_aligned(hypotheses, references)
+    metric = CHRF()
+    return metric.corpus_score(hypotheses, [references]), metric.get_signature()
+
+
+def split_compounds(line: str) -> str:
+    """tensor2tensor's compound splitting ("rich-text" -> "rich ##AT##-##AT## text"), as perl does it."""
+    return _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", line.encode("utf-8")).decode("utf-8")
+
+
+def moses_tokenize(lines: List[str], lang: str) -> List[str]:
+    """Moses tokenizer.perl -l LANG with its defaults (escaping on, no aggressive hyphen splits)."""
+    from sacremoses import MosesTokenizer
+
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line, escape=True, return_str=True) for line in lines]
+
+
+def tokenized_bleu(hypotheses: List[str], references: List[str], lang: str) -> Tuple[Any, Any]:
+    """The paper's BLEU: Moses-tokenize both sides, split compounds when `lang` is German, then
+    multi-bleu.perl's BLEU on the tokens (no further tokenization, no smoothing)."""
+    from sacrebleu.metrics import BLEU
+
+    _check_aligned(hypotheses, references)
+    hyps, refs = moses_tokenize(hypotheses, lang), moses_tokenize(references, lang)
+    if lang == "de":
+        hyps, refs = [split_compounds(h) for h in hyps], [split_compounds(r) for r in refs]
+    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    return metric.corpus_score(hyps, [refs]), metric.get_signature()
+
+
+def variant(lines: int) -> str:
+    """Which newstest2014 a reference of this many lines is (sacreBLEU's names), else the count."""
+    return _VARIANTS.get(lines, f"{lines:,} lines")
+
+
+def labels(src_lang: str, tgt_lang: str) -> Dict[str, str]:
+    """What each score is comparable to, for this language pair (see PAPER.md)."""
+    pair = f"{src_lang}-{tgt_lang}"
+    split = "compound-split" if tgt_lang == "de" else f"no compound splitting: target '{tgt_lang}' is not German"
+    tokenized = f"tokenized BLEU (Moses -l {tgt_lang}, {split}"
+    sacre = "sacreBLEU (13a, mixed case"
+    if pair == "en-de":
+        tokenized += ", comparable to the paper's 27.3/28.4 for EN-DE)"
+        sacre += ", comparable to fairseq's 28.6 sacreBLEU for big EN-DE; not to the paper's 27.3/28.4)"
+    elif pair == "en-fr":
+        tokenized += ", comparable to the paper's 38.1/41.8 for EN-FR)"
+        sacre += "; not comparable to the paper's tokenized 38.1/41.8 for EN-FR)"
+    else:
+        tokenized += f"; the paper reports no {pair})"
+        sacre += f"; the paper reports no {pair})"
+    return {"sacrebleu": sacre, "chrf": "chrF2 (character n-gram F-score; the paper reports none)",
+            "tokenized_bleu": tokenized}
+
+
+def paired_bootstrap(baseline: List[str], hypotheses: List[str], references: List[str],
+                     samples: int) -> Dict[str, Any]:
+    """sacreBLEU's paired bootstrap test (paired_bs, seed SEED) of hypotheses against baseline:
+    each system's BLEU with its mean and 95% confidence half-width, and the p-value."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    _check_aligned(baseline, references)
+    _check_aligned(hypotheses, references)
+    saved_seed, logger = os.environ.get("SACREBLEU_SEED"), logging.getLogger("sacrebleu")
+    saved_level = logger.level
+    os.environ["SACREBLEU_SEED"] = str(SEED)  # sacreBLEU reads its seed from the environment
+    logger.setLevel(logging.WARNING)  # its per-step progress messages
+    try:
+        test = PairedTest([("baseline", baseline), ("hyp", hypotheses)], {"BLEU": BLEU()}, [references],
+                          test_type="bs", n_samples=samples)
+        signatures, results = test()
+    finally:
+        logger.setLevel(saved_level)
+        if saved_seed is None:
+            del os.environ["SACREBLEU_SEED"]
+        else:
+            os.environ["SACREBLEU_SEED"] = saved_seed
+    base, hyp = results["BLEU"]
+    p_value = float(hyp.p_value)
+    # sacreBLEU counts resampled differences strictly above the real one, so two identical
+    # systems get p = 1/(samples+1): no difference is never a significant one.
+    differ = hyp.score != base.score
+    return {
+        "test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, paired_bs)",
+        "samples": samples,
+        "seed": SEED,
+        "signature": str(signatures["BLEU"]),
+        "baseline": {"bleu": float(base.score), "mean": float(base.mean), "ci95": float(base.ci)},
+        "hyp": {"bleu": float(hyp.score), "mean": float(hyp.mean), "ci95": float(hyp.ci)},
+        "p_value": p_value,
+        "significant": differ and p_value < 0.05,
+    }
+
+
+def score_files(hyp: Path, ref: Path, baseline: Optional[Path], src_lang: str, tgt_lang: str,
+                samples: int = 1000) -> Dict[str, Any]:
+    """Every score of hyp against ref (and the test against baseline, if any) as one dict."""
+    for path, what in ((hyp, "bleu.hyp"), (ref, "bleu.ref"), (baseline, "bleu.baseline")):
+        if path is not None and not path.is_file():
+            raise TranslateError(f"no file at {path} ({what})")
+    hypotheses, references = read_lines(str(hyp)), read_lines(str(ref))
+    if not references:
+        raise TranslateError(f"{ref} is empty (bleu.ref)")
+    _check_files(hyp, hypotheses, ref, references, "bleu.hyp")
+    base_lines = read_lines(str(baseline)) if baseline is not None else None
+    if baseline is not None:
+        _check_files(baseline, base_lines, ref, references, "bleu.baseline")
+    label = labels(src_lang, tgt_lang)
+    scores = {}
+    for key, (score, signature) in (("sacrebleu", corpus_bleu(hypotheses, references)),
+                                    ("chrf", corpus_chrf(hypotheses, references)),
+                                    ("tokenized_bleu", tokenized_bleu(hypotheses, references, tgt_lang))):
+        scores[key] = {"value": float(score.score), "text": str(score), "signature": str(signature),
+                       "label": label[key]}
+    return {
+        "paths": {"hyp": str(hyp), "ref": str(ref), "baseline": str(baseline) if baseline else None},
+        "lines": len(references),
+        "variant": variant(len(references)),
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "scores": scores,
+        "significance": (paired_bootstrap(base_lines, hypotheses, references, samples)
+                         if base_lines is not None else None),
+    }
+
+
+def format_text(report: Dict[str, Any]) -> str:
+    """The readable report; its first line is the one sacreBLEU line that scripts grep for."""
+    scores, hyp = report["scores"], report["paths"]["hyp"]
+    sacre = scores["sacrebleu"]
+    lines = [f"sacreBLEU {sacre['value']:.2f} ({hyp}, {report['lines']} lines)  {sacre['text']}  "
+             f"signature: {sacre['signature']}", f"    {sacre['label']}"]
+    for name, key in (("chrF", "chrf"), ("tokenized BLEU", "tokenized_bleu")):
+        score = scores[key]
+        lines += [f"{name} {score['value']:.2f}  {score['text']}  signature: {score['signature']}",
+                  f"    {score['label']}"]
+    lines.append(f"test set: {report['variant']}  (references: {report['paths']['ref']})")
+    test = report["significance"]
+    if test:
+        lines.append(f"paired bootstrap ({test['samples']} resamples, seed {test['seed']}), "
+                     f"sacreBLEU with 95% confidence intervals:")
+        for who in ("baseline", "hyp"):
+            result = test[who]
+            lines.append(f"    {who:<8} {result['bleu']:.2f}  (mean {result['mean']:.2f} +/- {result['ci95']:.2f})  "
+                         f"{report['paths'][who]}")
+        hyp_bleu, base_bleu = test["hyp"]["bleu"], test["baseline"]["bleu"]
+        verdict = "significant" if test["significant"] else "not significant"
+        verdict = (f"hyp is {'better' if hyp_bleu > base_bleu else 'worse'} than baseline, {verdict} at p < 0.05"
+                   if hyp_bleu != base_bleu else "hyp and baseline have the same BLEU: no difference to test")
+        lines.append(f"    p = {test['p_value']:.4f}: {verdict}")
+    return "\n".join(lines)
+
+
 def bleu(cfg: TranslateConfig) -> float:
-    """Print and return sacreBLEU of bleu.hyp (default: decode's output) against bleu.ref."""
-    hyp = Path(cfg.bleu.hyp) if cfg.bleu.hyp else paths.decode_output(cfg)
-    ref = Path(cfg.bleu.ref) if cfg.bleu.ref else paths.decode_reference(cfg)
+    """Print the scoring report of bleu.hyp (default: decode's output) against bleu.ref
+    (bleu.format=text or json) and return its sacreBLEU."""
+    settings = cfg.bleu
+    if settings.format not in FORMATS:
+        raise TranslateError(f"bleu.format={settings.format!r}: choose from {', '.join(FORMATS)}")
+    if settings.bootstrap_samples < 1:
+        raise TranslateError(f"bleu.bootstrap_samples={settings.bootstrap_samples}: must be at least 1")
+    hyp = Path(settings.hyp) if settings.hyp else paths.decode_output(cfg)
+    ref = Path(settings.ref) if settings.ref else paths.decode_reference(cfg)
     if not hyp.is_file():
         raise TranslateError(f"no translations at {hyp}: run translate decode first, or set bleu.hyp=FILE")
     if not ref.is_file():
         raise TranslateError(f"no references at {ref}: set bleu.ref=FILE")
-    hypotheses, references = read_lines(str(hyp)), read_lines(str(ref))
+    baseline = Path(settings.baseline) if settings.baseline else None
+    if baseline is not None and not baseline.is_file():
+        raise TranslateError(f"no baseline translations at {baseline} (bleu.baseline=FILE)")
+    report = score_files(hyp, ref, baseline, cfg.data.src_lang, cfg.data.tgt_lang, settings.bootstrap_samples)
+    print(json.dumps(report) if settings.format == "json" else format_text(report))
+    return report["scores"]["sacrebleu"]["value"]
+
+
+def _check_aligned(hypotheses: List[str], references: List[str]) -> None:
     if len(hypotheses) != len(references):
-        raise TranslateError(f"{hyp} has {len(hypotheses)} lines but {ref} has {len(references)}")
-    score, signature = corpus_bleu(hypotheses, references)
-    print(f"sacreBLEU {score.score:.2f} ({hyp}, {len(hypotheses)} lines)  {score}  signature: {signature}")
-    return score.score
+        raise TranslateError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def _check_files(path: Path, lines: List[str], ref: Path, references: List[str], key: str) -> None:
+    if len(lines) != len(references):
+        raise TranslateError(f"{path} has {len(lines)} lines but {ref} has {len(references)} "
+                             f"({key} and bleu.ref must align line by line)")
