@@ -125,7 +125,7 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as folder:
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
-            ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads),
+            ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads, length_penalty=d.length_penalty),
                           sources, references, tokenizer=encode, beam_size=d.beam_size)
         emit(measurement="decode_ours_over_ctranslate2", ratio=round(ours["sentences_per_s"] / ct2["sentences_per_s"], 2))
 

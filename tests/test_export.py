@@ -1,0 +1,116 @@
+"""`translate export`: the CTranslate2 model computes what our model computes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import MULTI30K, need, run_cli
+from translate.data.vocabulary import BOS, EOS
+from translate.decode import Translator
+
+
+def one_line_error(result, *fragments: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def multi30k_test(count: int) -> Tuple[List[str], List[str]]:
+    """The first `count` (English, German) pairs of Multi30k's test split (test_2016_flickr)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(need(MULTI30K / "de-en" / "test-00000-of-00001.parquet")).slice(0, count)
+    pairs = [row["translation"] for row in table.to_pylist()]
+    return [p["en"] for p in pairs], [p["de"] for p in pairs]
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory) -> Tuple[Path, Path]:
+    """The trained_run checkpoint exported through the CLI: (checkpoint, model folder)."""
+    run_dir = Path(next(o for o in trained_run if o.startswith("run_dir=")).split("=", 1)[1])
+    folder = tmp_path_factory.mktemp("export") / "ct2"
+    run_cli("export", *trained_run, f"export.output={folder}", check=True)
+    return run_dir / "checkpoint_last.pt", folder
+
+
+def test_export_writes_a_self_contained_model_and_replaces_its_own(exported, trained_run):
+    checkpoint, folder = exported
+    payload = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert (folder / "model.bin").stat().st_size > 0
+    assert (folder / "sentencepiece.model").read_bytes() == payload["vocabulary"]
+    pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    assert pieces[:4] == ["<pad>", "<unk>", "<s>", "</s>"] and len(pieces) == payload["model_config"]["vocab_size"]
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["add_source_eos"] is True and config["decoder_start_token"] == "<s>"
+    # Exporting again replaces our own export in place and leaves no temporary folders.
+    before = (folder / "model.bin").read_bytes()
+    run_cli("export", *trained_run, f"export.output={folder}", check=True)
+    assert (folder / "model.bin").read_bytes() == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["ct2"]
+
+
+def test_scores_equal_our_teacher_forced_log_probs(exported):
+    """The exact check: every target token's log-probability, EOS included, on real pairs.
+    Fails with cos/sin swapped (error ~5), pre-norm (~100) or no source EOS (~0.03)."""
+    import ctranslate2
+
+    checkpoint, folder = exported
+    translator = Translator.from_checkpoint(checkpoint)
+    sources, targets = multi30k_test(50)
+    src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
+    piece = translator.vocabulary.processor.id_to_piece
+    results = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1).score_batch(
+        [[piece(i) for i in ids] for ids in src_ids], [[piece(i) for i in ids] for ids in tgt_ids]
+    )
+    worst, compared = 0.0, 0
+    with torch.no_grad():
+        for src, tgt, result in zip(src_ids, tgt_ids, results):
+            logits = translator.model(torch.tensor([src + [EOS]]), torch.tensor([[BOS] + tgt]))[0]
+            ours = F.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(tgt + [EOS])[:, None])[:, 0]
+            theirs = torch.tensor(result.log_probs)
+            assert theirs.shape == ours.shape
+            worst = max(worst, float((ours - theirs).abs().max()))
+            compared += len(ours)
+    assert compared > 1000
+    assert worst < 1e-4, f"largest log-prob difference {worst:.2e} over {compared} tokens"
+
+
+def test_greedy_translations_equal_decode(exported):
+    """200 real sentences, greedy. The 30-step model mostly runs to the length cap, whose
+    limit both sides share, so capped outputs are compared too (the longest agreements)."""
+    from translate.export import ctranslate2_translate
+
+    checkpoint, folder = exported
+    translator = Translator.from_checkpoint(checkpoint)
+    sources, _ = multi30k_test(200)
+    ours = translator.translate(sources, beam_size=1)
+    theirs = ctranslate2_translate(folder, sources, beam_size=1, threads=1)
+    same = sum(a == b for a, b in zip(ours, theirs))
+    assert same >= 0.99 * len(sources), f"{same}/{len(sources)} identical"
+
+
+def test_bad_format_foreign_folder_and_missing_checkpoint_are_one_line_errors(tmp_path):
+    run_dir = f"run_dir={tmp_path / 'run'}"
+    one_line_error(run_cli("export", run_dir, "export.format=onnx"), "onnx")
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me\n", encoding="utf-8")
+    one_line_error(run_cli("export", run_dir, f"export.output={foreign}"), str(foreign), "not a translate export")
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    one_line_error(run_cli("export", run_dir, f"export.output={tmp_path / 'out'}"), "no checkpoint at")
+    assert not (tmp_path / "out").exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+def test_default_folder_is_under_run_dir(compose, tmp_path):
+    from translate.export import output_dir
+
+    assert output_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
+    assert output_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"

@@ -1,0 +1,194 @@
+"""The `translate export` verb: write a checkpoint as a CTranslate2 model.
+
+Every weight is set by hand on CTranslate2's Transformer spec (post-norm, ReLU), with our own
+position table: CTranslate2's built-in sinusoid puts all sines before all cosines, ours
+interleaves them. The folder also holds the sentencepiece model, so it is self-contained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Sequence, Union
+
+import numpy as np
+
+from translate import paths
+from translate.config import TranslateConfig
+from translate.data.vocabulary import BOS, EOS, PAD, UNK
+from translate.errors import TranslateError
+
+log = logging.getLogger("translate.export")
+
+FORMATS = ("ctranslate2",)
+MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
+SENTENCEPIECE = "sentencepiece.model"
+POSITIONS = 2048  # rows of the exported position table: CTranslate2 cannot grow it as we do
+
+
+def output_dir(cfg: TranslateConfig) -> Path:
+    """export.output, else <run_dir>/export/<format>."""
+    return Path(cfg.export.output) if cfg.export.output else Path(cfg.run_dir) / "export" / cfg.export.format
+
+
+def export(cfg: TranslateConfig) -> Path:
+    """Export the checkpoint decode would use (or export.checkpoint); returns the folder."""
+    if cfg.export.format not in FORMATS:
+        raise TranslateError(f"unknown export.format '{cfg.export.format}' (choose from {', '.join(FORMATS)})")
+    output = output_dir(cfg)
+    if output.exists() and not _replaceable(output):
+        raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
+    from translate.decode import Translator  # the same loading and checks as decode
+
+    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else paths.checkpoint(cfg)
+    translator = Translator.from_checkpoint(source)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
+    try:
+        _write_ctranslate2(translator, staging)
+        marker = {"format": cfg.export.format, "checkpoint": str(source.resolve()), "languages": list(translator.languages or [])}
+        (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _swap_in(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info(f"wrote {output}: CTranslate2 model of {source}")
+    return output
+
+
+def _replaceable(folder: Path) -> bool:
+    """An empty folder or one of our own previous exports."""
+    return folder.is_dir() and (not any(folder.iterdir()) or (folder / MARKER).is_file())
+
+
+def _swap_in(staging: Path, output: Path) -> None:
+    """Replace `output` by the complete `staging` folder with two renames, so that readers see
+    the old export or the new one, never a half-written folder."""
+    if output.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old-", dir=output.parent))
+        output.rename(retired / "export")
+        try:
+            staging.rename(output)
+        except BaseException:
+            (retired / "export").rename(output)  # put the old export back
+            raise
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        staging.rename(output)
+
+
+def _write_ctranslate2(translator, folder: Path) -> None:
+    """Fill CTranslate2's TransformerSpec from our model and save it into `folder`."""
+    try:
+        import ctranslate2.specs as specs
+    except ImportError:
+        raise TranslateError("export.format=ctranslate2 needs the ctranslate2 package (pip install ctranslate2)") from None
+
+    from translate.model import PositionalEncoding
+
+    model, cfg = translator.model, translator.model.cfg
+    weights = {name: tensor.detach().float().cpu().numpy() for name, tensor in model.state_dict().items()}
+    spec = specs.TransformerSpec.from_config(
+        cfg.layers, cfg.heads, pre_norm=False, activation=specs.Activation.RELU
+    )
+    embedding = weights["embedding.weight"]  # (V, D), shared by both inputs and the output
+    positions = PositionalEncoding(cfg.d_model, max_len=POSITIONS).table.numpy()  # interleaved sin/cos
+    for stack in (spec.encoder, spec.decoder):
+        stack.scale_embeddings = True  # sqrt(d_model) * E[x] + PE, as Transformer.embed
+        stack.position_encodings.encodings = positions
+    spec.encoder.embeddings[0].weight = embedding
+    spec.decoder.embeddings.weight = embedding
+    spec.decoder.projection.weight = embedding
+    spec.decoder.projection.bias = np.zeros(embedding.shape[0], dtype=np.float32)  # we have none
+
+    def linear(layer, name: str) -> None:
+        layer.weight, layer.bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
+
+    def norm(layer, name: str) -> None:
+        layer.gamma, layer.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
+
+    def feed_forward(layer, prefix: str, sublayer: int) -> None:
+        linear(layer.linear_0, f"{prefix}.feed_forward.w_1")
+        linear(layer.linear_1, f"{prefix}.feed_forward.w_2")
+        norm(layer.layer_norm, f"{prefix}.sublayer.{sublayer}.norm")  # post-norm: after the residual
+
+    for i, layer in enumerate(spec.encoder.layer):
+        prefix = f"encoder_layers.{i}"
+        linear(layer.self_attention.linear[0], f"{prefix}.self_attn.qkv_proj")  # fused [Q; K; V]
+        linear(layer.self_attention.linear[1], f"{prefix}.self_attn.out_proj")
+        norm(layer.self_attention.layer_norm, f"{prefix}.sublayer.0.norm")
+        feed_forward(layer.ffn, prefix, 1)
+    for i, layer in enumerate(spec.decoder.layer):
+        prefix = f"decoder_layers.{i}"
+        linear(layer.self_attention.linear[0], f"{prefix}.self_attn.qkv_proj")
+        linear(layer.self_attention.linear[1], f"{prefix}.self_attn.out_proj")
+        norm(layer.self_attention.layer_norm, f"{prefix}.sublayer.0.norm")
+        linear(layer.attention.linear[0], f"{prefix}.src_attn.q_proj")
+        linear(layer.attention.linear[1], f"{prefix}.src_attn.kv_proj")  # fused [K; V]
+        linear(layer.attention.linear[2], f"{prefix}.src_attn.out_proj")
+        norm(layer.attention.layer_norm, f"{prefix}.sublayer.1.norm")
+        feed_forward(layer.ffn, prefix, 2)
+
+    processor = translator.vocabulary.processor
+    pieces = [processor.id_to_piece(i) for i in range(len(translator.vocabulary))]
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[UNK], pieces[BOS], pieces[EOS]
+    spec.config.decoder_start_token = pieces[BOS]  # our decoder starts from BOS
+    spec.config.add_source_eos = True  # our sources end with EOS
+    spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default, stated rather than left to CTranslate2
+    spec.validate()
+    spec.optimize(quantization=None)  # no quantization; stores the shared embedding once
+    spec.save(str(folder))
+    (folder / SENTENCEPIECE).write_bytes(translator.vocabulary.model_bytes)
+
+
+def ctranslate2_translate(
+    model_dir: Union[str, Path],
+    sentences: Sequence[str],
+    beam_size: int = 1,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    max_batch_size: int = 64,
+    device: str = "cpu",
+    threads: int = 0,
+    length_penalty: float = 1.0,
+) -> List[str]:
+    """Translate with an exported model, framed and limited as Translator.translate.
+
+    With beam_size > 1 results may differ from ours: CTranslate2's length penalty divides by
+    length ** length_penalty, not GNMT's ((5 + length) / 6) ** alpha.
+    """
+    import ctranslate2
+    import sentencepiece as spm
+
+    model_dir = Path(model_dir)
+    processor = spm.SentencePieceProcessor(model_file=str(model_dir / SENTENCEPIECE))
+    translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
+    sources = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(list(sentences), out_type=int)]
+    # One length limit per call, so group sentences of equal limit (len + 50 tokens, EOS aside).
+    groups: Dict[int, List[int]] = defaultdict(list)
+    for index, tokens in enumerate(sources):
+        groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
+    outputs: List[str] = [""] * len(sources)
+    banned = [[processor.id_to_piece(i)] for i in (PAD, BOS)]  # UNK goes through disable_unk
+    for limit, indices in groups.items():
+        results = translator.translate_batch(
+            [sources[i] for i in indices],
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_batch_size=max_batch_size,
+            max_input_length=0,  # never truncate: we do not
+            max_decoding_length=limit,
+            min_decoding_length=0,  # an empty translation is allowed, as in ours
+            disable_unk=True,
+            suppress_sequences=banned,
+        )
+        for index, result in zip(indices, results):
+            outputs[index] = processor.decode([processor.piece_to_id(p) for p in result.hypotheses[0]])
+    return outputs
