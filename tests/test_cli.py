@@ -13,10 +13,12 @@ def run_dir_of(overrides) -> Path:
 
 
 def one_line_error(result, *fragments):
+    """Non-zero exit, no traceback, and the problem in one `translate VERB: error:` line
+    (progress log lines may precede it on stderr)."""
     assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if "][translate." not in line]
+    assert len(lines) == 1 and ": error: " in lines[0], result.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
 

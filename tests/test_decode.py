@@ -12,7 +12,6 @@ from translate.search import greedy_search
 
 @pytest.fixture(scope="module")
 def translator(trained_run):
-    torch.set_grad_enabled(False)
     run_dir = Path(next(o for o in trained_run if o.startswith("run_dir=")).split("=", 1)[1])
     return Translator.from_checkpoint(run_dir / "checkpoint_last.pt")
 

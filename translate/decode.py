@@ -55,6 +55,7 @@ class Translator:
         """Detokenized best translations, in input order (options: see search())."""
         return [self.vocabulary.decode([hypotheses[0].tokens])[0] for hypotheses in self.search(sentences, **options)]
 
+    @torch.no_grad()
     def search(
         self,
         sentences: Sequence[str],
@@ -146,7 +147,6 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     if translator.languages and list(translator.languages) != wanted:
         src, tgt = translator.languages
         raise TranslateError(f"the checkpoint translates {src}->{tgt}, but the data asks for {wanted[0]}->{wanted[1]}")
-    torch.set_grad_enabled(False)
     if cfg.decode.input == "-":
         _stream(translator, options, cfg.decode.nbest)
         return None
