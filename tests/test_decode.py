@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import MULTI30K, need, run_cli
 from translate.decode import Translator, format_output
