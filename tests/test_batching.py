@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from translate.data.batching import collate, token_batches
+from translate.data.batching import collate, pad, pad_flat, shard, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import BOS, EOS, PAD
 
@@ -62,3 +62,26 @@ def test_collate_frames_source_and_teacher_forced_target():
     assert batch.tgt_in.tolist() == [[BOS, 30, PAD], [BOS, 40, 41]]
     assert batch.tgt_out.tolist() == [[30, EOS, PAD], [40, 41, EOS]]
     assert batch.target_tokens == 5 and batch.src.dtype == torch.int64
+
+
+def test_pad_flat_equals_pad():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 30, 200)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = rng.integers(4, 60000, int(offsets[-1])).astype(np.uint16)
+    indices = rng.permutation(200)[:50]
+    sequences = [tokens[offsets[i] : offsets[i + 1]] for i in indices]
+    for prefix, suffix in ((None, EOS), (BOS, None), (None, None), (BOS, EOS)):
+        expected = pad(sequences, prefix=prefix, suffix=suffix)
+        assert torch.equal(pad_flat(tokens, offsets, indices, prefix=prefix, suffix=suffix), expected)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 8])
+def test_shards_are_disjoint_and_cover_the_epoch(world_size):
+    src, tgt = random_lengths(3000)
+    batches = token_batches(src, tgt, 2000, seed=1, epoch=0)
+    shares = [shard(batches, rank, world_size) for rank in range(world_size)]
+    seen = np.concatenate([np.concatenate(share) for share in shares if share])
+    assert sorted(seen.tolist()) == list(range(3000))
+    with pytest.raises(ValueError):
+        shard(batches, world_size, world_size)

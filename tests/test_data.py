@@ -116,6 +116,96 @@ def test_interrupted_preparation_leaves_no_trusted_cache(compose, monkeypatch):
         prepare(cfg.data, log=lambda _: None)
     from pathlib import Path
 
-    assert not any(Path(cfg.data.cache_dir).iterdir())  # staging folder removed, nothing to trust
+    # The staging folder is gone; only the (empty) lock file may remain: nothing to trust.
+    assert not [p for p in Path(cfg.data.cache_dir).iterdir() if not p.name.endswith(".lock")]
     monkeypatch.undo()
     assert len(prepare(cfg.data, log=lambda _: None).train) == 1014
+
+
+def write_pairs(folder, name, pairs):
+    (folder / f"{name}.en").write_text("".join(p[0] + "\n" for p in pairs), encoding="utf-8")
+    (folder / f"{name}.de").write_text("".join(p[1] + "\n" for p in pairs), encoding="utf-8")
+
+
+def corpus_with_noise(tmp_path):
+    """Real Multi30k pairs plus one empty, one over-long and one badly proportioned pair."""
+    need(MULTI30K)
+    import datasets
+
+    rows = datasets.load_dataset(str(MULTI30K), "de-en", split="validation")["translation"]
+    pairs = [(r["en"], r["de"]) for r in rows]
+    noise = [("", "Ein Hund."), (" ".join(["word"] * 300), "Wort."), ("A dog.", " ".join(["Hund"] * 40))]
+    write_pairs(tmp_path, "train", pairs[:500] + noise + pairs[500:])
+    write_pairs(tmp_path, "test", pairs[:20])
+    return pairs
+
+
+def test_cleaning_counts_each_reason_and_spares_test_sets(compose, tmp_path):
+    pairs = corpus_with_noise(tmp_path)
+    cfg = compose("train", "data=text", f"data.train={tmp_path}/train", f"data.test={tmp_path}/test",
+                  "data.vocab_size=500", "data.max_length=100", "data.max_length_ratio=5")
+    data = prepare(cfg.data, log=lambda _: None)
+    train = data.report["train"]
+    assert (train["pairs"], train["empty"], train["too_long"], train["ratio"]) == (len(pairs) + 3, 1, 1, 1)
+    assert train["kept"] == len(data.train) == len(pairs)
+    assert data.report["test_overlap"] == {"sentences": 20, "source": 20, "target": 20}
+    assert 0.99 < data.report["coverage"] <= 1.0
+    assert train["tokens_src"] == int(data.train.src_offsets[-1])
+    # Test sets keep every line, however noisy: decode reads them whole.
+    write_pairs(tmp_path, "test", [("", "Ein Hund.")] + pairs[:3])
+    assert len(load_corpus(cfg.data, "test")) == 4
+
+
+def test_an_existing_sentencepiece_model_wins_over_vocab_size(compose, tmp_path):
+    corpus_with_noise(tmp_path)
+    first = compose("train", "data=text", f"data.train={tmp_path}/train", "data.vocab_size=300")
+    built = prepare(first.data, log=lambda _: None)
+    model = tmp_path / "given.model"
+    model.write_bytes(built.vocabulary.model_bytes)
+    given = compose("train", "data=text", f"data.train={tmp_path}/train", f"data.spm_model={model}", "data.vocab_size=999")
+    reused = prepare(given.data, log=lambda _: None)
+    assert reused.vocabulary.model_bytes == built.vocabulary.model_bytes and len(reused.vocabulary) <= 300
+    assert reused.folder != built.folder
+    other = compose("train", "data=text", f"data.train={tmp_path}/train", f"data.spm_model={model}", "data.vocab_size=5")
+    assert fingerprint(other.data, load_corpus(other.data, "train"), None) == reused.folder.name
+    missing = compose("train", "data=text", f"data.train={tmp_path}/train", f"data.spm_model={tmp_path}/none.model")
+    with pytest.raises(TranslateError, match="missing sentencepiece model"):
+        prepare(missing.data, log=lambda _: None)
+
+
+def _prepare_in_process(overrides, queue):
+    from translate.cli import load_config
+
+    logs = []
+    data = prepare(load_config("train", overrides).data, log=logs.append)
+    queue.put((str(data.folder), any("preparing" in line for line in logs)))
+
+
+def test_concurrent_processes_prepare_once(tmp_path):
+    """Two processes (as under torchrun) start together: one prepares, the other waits and maps."""
+    corpus_with_noise(tmp_path)
+    import multiprocessing
+
+    overrides = ["data=text", f"data.train={tmp_path}/train", "data.vocab_size=300",
+                 f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run"]
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_prepare_in_process, args=(overrides, queue)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    results = [queue.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert results[0][0] == results[1][0]
+    assert sorted(built for _, built in results) == [False, True]
+
+
+def test_prepare_verb_writes_the_report(tmp_path):
+    corpus_with_noise(tmp_path)
+    from tests.conftest import run_cli
+
+    result = run_cli("prepare", "data=text", f"data.train={tmp_path}/train", "data.vocab_size=300",
+                     f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run")
+    assert result.returncode == 0, result.stderr
+    assert "kept" in result.stdout and (tmp_path / "run" / "data_report.json").is_file()

@@ -123,6 +123,15 @@ def test_variant_labels():
     assert variant(3000) == "3,000 lines"
 
 
+def test_labels_compare_only_on_newstest2014():
+    from translate.score import labels
+
+    assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 3003)["tokenized_bleu"]
+    assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 2737)["tokenized_bleu"]
+    multi30k = labels("en", "de", 1000)
+    assert "not comparable" in multi30k["tokenized_bleu"] and "not comparable" in multi30k["sacrebleu"]
+
+
 def test_bleu_verb_on_files(tmp_path):
     need(TEXT)
     refs = (TEXT / "newstest2013.en").read_text(encoding="utf-8").splitlines()[:100]

@@ -24,6 +24,7 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
 # so that `translate` alone and `translate bleu` start fast.
 VERBS: Dict[str, tuple] = {
+    "prepare": ("translate.data.cache:prepare_verb", "clean, build the vocabulary and encode the corpus once (train does it too)"),
     "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),

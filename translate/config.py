@@ -37,13 +37,15 @@ class DataConfig:
     tgt_lang: str = "de"  # target language code
     vocab_size: int = 37000  # joint sentencepiece vocabulary size (tokens)
     vocab_type: str = "bpe"  # sentencepiece model_type: bpe or unigram
-    vocab_sample: int = 2_000_000  # at most this many sentences train the vocabulary
+    vocab_sample: int = 2_000_000  # at most this many sentences (a seeded random sample) train the vocabulary
+    spm_model: Optional[str] = None  # an existing sentencepiece model to use instead (wins over vocab_size)
     train: Optional[str] = None  # plain text: file prefix, reads PREFIX.<src_lang>, PREFIX.<tgt_lang>
     valid: Optional[str] = None  # plain text: dev set prefix
     test: Optional[str] = None  # plain text: test set prefix
     train_split: str = "train"  # dataset split used for training
     valid_split: str = "validation"  # dataset split used for validation (dev set)
     max_length: int = 250  # training pairs with a longer side (in tokens) are dropped
+    max_length_ratio: float = 0.0  # training pairs whose longer side exceeds this many times the shorter are dropped; 0 keeps all
     cache_dir: str = "cache"  # encoded corpora and vocabularies, keyed by fingerprint
 
 

@@ -80,13 +80,16 @@ def variant(lines: int) -> str:
     return _VARIANTS.get(lines, f"{lines:,} lines")
 
 
-def labels(src_lang: str, tgt_lang: str) -> Dict[str, str]:
-    """What each score is comparable to, for this language pair (see PAPER.md)."""
+def labels(src_lang: str, tgt_lang: str, lines: int = 3003) -> Dict[str, str]:
+    """What each score is comparable to, for this language pair and test set (see PAPER.md)."""
     pair = f"{src_lang}-{tgt_lang}"
     split = "compound-split" if tgt_lang == "de" else f"no compound splitting: target '{tgt_lang}' is not German"
     tokenized = f"tokenized BLEU (Moses -l {tgt_lang}, {split}"
     sacre = "sacreBLEU (13a, mixed case"
-    if pair == "en-de":
+    if lines not in _VARIANTS:
+        tokenized += "; not newstest2014, so not comparable to the paper's figures)"
+        sacre += "; not newstest2014, so not comparable to published WMT14 figures)"
+    elif pair == "en-de":
         tokenized += ", comparable to the paper's 27.3/28.4 for EN-DE)"
         sacre += ", comparable to fairseq's 28.6 sacreBLEU for big EN-DE; not to the paper's 27.3/28.4)"
     elif pair == "en-fr":
@@ -152,7 +155,7 @@ def score_files(hyp: Path, ref: Path, baseline: Optional[Path], src_lang: str, t
     base_lines = read_lines(str(baseline)) if baseline is not None else None
     if baseline is not None:
         _check_files(baseline, base_lines, ref, references, "bleu.baseline")
-    label = labels(src_lang, tgt_lang)
+    label = labels(src_lang, tgt_lang, len(references))
     scores = {}
     for key, (score, signature) in (("sacrebleu", corpus_bleu(hypotheses, references)),
                                     ("chrf", corpus_chrf(hypotheses, references)),

@@ -20,8 +20,8 @@ from torch import nn
 
 from translate import checkpoint, paths
 from translate.config import TranslateConfig
-from translate.data.batching import Batch, collate, token_batches
-from translate.data.cache import EncodedSplit, prepare
+from translate.data.batching import Batch, collate, shard, token_batches
+from translate.data.cache import EncodedSplit, prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
@@ -56,11 +56,14 @@ def accumulation_steps(tokens_per_update: int, tokens_per_batch: int, world_size
     return max(1, math.ceil(tokens_per_update / (tokens_per_batch * world_size)))
 
 
-def epoch_batches(split: EncodedSplit, tokens_per_batch: int, seed: int) -> Iterator[List[np.ndarray]]:
-    """Endless stream of batches (index arrays), reshuffled every epoch."""
+def epoch_batches(
+    split: EncodedSplit, tokens_per_batch: int, seed: int, rank: int = 0, world_size: int = 1
+) -> Iterator[np.ndarray]:
+    """Endless stream of this process's batches (index arrays), reshuffled every epoch."""
+    src_lengths, tgt_lengths = split.src_lengths, split.tgt_lengths
     epoch = 0
     while True:
-        yield from ([b] for b in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed, epoch))
+        yield from shard(token_batches(src_lengths, tgt_lengths, tokens_per_batch, seed, epoch), rank, world_size)
         epoch += 1
 
 
@@ -107,6 +110,7 @@ def train(cfg: TranslateConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     data = prepare(cfg.data, log=log.info)
+    write_report(data, run_dir / "data_report.json")
     vocabulary = data.vocabulary
     model_cfg = replace(cfg.model, vocab_size=len(vocabulary))
     model = Transformer(model_cfg, pad_id=PAD)
@@ -140,7 +144,7 @@ def train(cfg: TranslateConfig) -> Path:
 
     try:
         while step < cfg.train.max_steps and time.monotonic() < deadline:
-            micro = [collate(data.train, next(batches)[0]) for _ in range(accumulation)]
+            micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
             stats = train_step(model, micro, cfg.train.label_smoothing)
             if cfg.optim.clip_norm > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip_norm)

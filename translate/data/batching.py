@@ -67,6 +67,34 @@ def token_batches(
     return batches
 
 
+def shard(batches: List[np.ndarray], rank: int, world_size: int) -> List[np.ndarray]:
+    """This process's share of an epoch: every world_size-th batch from position rank on, so
+    the processes see disjoint batches that together cover the epoch once."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank ({rank}) must be in [0, world_size ({world_size}))")
+    return batches[rank::world_size]
+
+
+def pad_flat(
+    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, prefix: int | None = None, suffix: int | None = None
+) -> torch.Tensor:
+    """Like pad(), for sentences stored flat (sentence i is tokens[offsets[i]:offsets[i+1]]):
+    one vectorized gather instead of a Python loop, so a 25k-token batch takes well under 2 ms."""
+    starts = np.asarray(offsets[indices], dtype=np.int64)  # (B,)
+    lengths = np.asarray(offsets[indices + 1], dtype=np.int64) - starts  # (B,)
+    first = int(prefix is not None)
+    width = int(lengths.max(initial=0)) + first + int(suffix is not None)
+    out = np.full((len(indices), width), PAD, dtype=np.int64)
+    rows = np.repeat(np.arange(len(indices)), lengths)  # (total,) row of each token
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # (total,) position in its row
+    out[rows, within + first] = tokens[np.repeat(starts, lengths) + within]
+    if prefix is not None:
+        out[:, 0] = prefix
+    if suffix is not None:
+        out[np.arange(len(indices)), lengths + first] = suffix
+    return torch.from_numpy(out)
+
+
 def pad(sequences: Sequence[np.ndarray], prefix: int | None = None, suffix: int | None = None) -> torch.Tensor:
     """Right-padded (B, max length) int64 tensor, with an optional first and last token."""
     extra = (prefix is not None) + (suffix is not None)
@@ -85,11 +113,10 @@ def pad(sequences: Sequence[np.ndarray], prefix: int | None = None, suffix: int 
 
 def collate(split: EncodedSplit, indices: np.ndarray) -> Batch:
     """Source + EOS; target input BOS + target; target output target + EOS."""
-    sources = [split.source(i) for i in indices]
-    targets = [split.target(i) for i in indices]
+    indices = np.asarray(indices)
     return Batch(
-        src=pad(sources, suffix=EOS),
-        tgt_in=pad(targets, prefix=BOS),
-        tgt_out=pad(targets, suffix=EOS),
-        indices=np.asarray(indices),
+        src=pad_flat(split.src_tokens, split.src_offsets, indices, suffix=EOS),
+        tgt_in=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, prefix=BOS),
+        tgt_out=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, suffix=EOS),
+        indices=indices,
     )
