@@ -68,6 +68,21 @@ class PlainModel:
         return F.log_softmax(self.model.logits(hidden[:, -1]).float(), dim=-1)
 
 
+def ctranslate2_one_call(folder: str, sentences: List[str], beam_size: int, alpha: float, threads: int) -> List[str]:
+    """All sentences in one translate_batch call (CTranslate2 sorts and batches them itself)."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=f"{folder}/sentencepiece.model")
+    translator = ctranslate2.Translator(folder, device="cpu", intra_threads=threads)
+    pieces = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(sentences)]
+    results = translator.translate_batch(
+        pieces, beam_size=beam_size, length_penalty=alpha, max_batch_size=256, max_input_length=0,
+        max_decoding_length=max(map(len, pieces)) + 50, disable_unk=True, suppress_sequences=[["<pad>"], ["<s>"]],
+    )
+    return [processor.decode_pieces(r.hypotheses[0]) for r in results]
+
+
 def measure(name: str, translate, sources: List[str], references: List[str], **extra) -> dict:
     started = time.perf_counter()
     hypotheses = translate(sources)
@@ -127,7 +142,11 @@ def main() -> None:
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
             ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads, length_penalty=d.length_penalty),
                           sources, references, tokenizer=encode, beam_size=d.beam_size)
-        emit(measurement="decode_ours_over_ctranslate2", ratio=round(ours["sentences_per_s"] / ct2["sentences_per_s"], 2))
+            # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
+            one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(f"{folder}/ct2", s, d.beam_size, d.length_penalty, args.threads),
+                               sources, references, tokenizer=encode, beam_size=d.beam_size)
+        best = max(ct2["sentences_per_s"], one_call["sentences_per_s"])
+        emit(measurement="decode_ours_over_ctranslate2", ratio=round(ours["sentences_per_s"] / best, 2))
 
     if "cli" not in args.skip:
         with tempfile.TemporaryDirectory() as folder:

@@ -326,3 +326,27 @@ def test_bad_head_count_is_refused():
     with pytest.raises(ValueError) as error:
         ModelConfig(d_model=500, heads=8)
     assert "500" in str(error.value) and "8" in str(error.value)
+
+
+def test_expanded_state_equals_copied_rows():
+    """expand(G) (hypotheses share their sentence's encoder output) gives the same log-probs,
+    step after step and across a beam-style reorder, as copying every row G times."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0, vocab_size=40)).eval()
+    src = torch.randint(4, 40, (3, 6))
+    src[1, 4:] = 0
+    G = 4
+    with torch.no_grad():
+        shared = model.start_state(src).expand(G)
+        copied = model.start_state(src).reorder(torch.arange(3).repeat_interleave(G))
+        tokens = torch.full((3 * G,), 2)
+        for step in range(4):
+            a, b = model.step(tokens, shared), model.step(tokens, copied)
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            tokens = a.argmax(-1)
+            # Keep sentences 0 and 2 with their hypotheses shuffled within each sentence.
+            index = torch.tensor([1, 0, 3, 3, 9, 8, 8, 10])
+            if step == 1:
+                shared, copied = shared.reorder(index), copied.reorder(index)
+                tokens = tokens[index]
+        assert shared.memory.size(0) == 2 and copied.memory.size(0) == 8

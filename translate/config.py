@@ -87,7 +87,7 @@ class DecodeConfig:
     length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
-    tokens_per_batch: int = 4000  # padded source tokens (times beam size) per decoding batch
+    tokens_per_batch: int = 16000  # padded source tokens times beam size per decoding batch
     nbest: int = 1  # hypotheses written per sentence (index, score, text; tab-separated when > 1)
     sampling: bool = False  # sample instead of searching (temperature, top_k, top_p apply)
     temperature: float = 1.0  # divides the logits before sampling

@@ -90,7 +90,16 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 if cache.cross_k is None:
                     cache.cross_k, cache.cross_v = self.project_kv(memory)
-                k, v = cache.cross_k, cache.cross_v
+                k, v = cache.cross_k, cache.cross_v  # (B / G, H, S, K): one row per source sentence
+                if cache.group > 1:
+                    # The G hypotheses of a sentence attend to the same source: attend as G
+                    # query positions of that sentence instead of copying its keys G times.
+                    G = cache.group
+                    q = q.view(B // G, G, self.heads, T, D // self.heads).transpose(1, 2)  # (B/G, H, G, T, K)
+                    q = q.reshape(B // G, self.heads, G * T, D // self.heads)  # (B/G, H, G*T, K)
+                    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B/G, H, G*T, K)
+                    out = out.view(B // G, self.heads, G, T, D // self.heads).permute(0, 2, 3, 1, 4)  # (B/G, G, T, H, K)
+                    return self.out_proj(out.reshape(B, T, D))
             else:
                 k, v = self.project_kv(memory)  # (B, H, S, K)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
@@ -155,12 +164,14 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """One decoder layer's keys and values, each (B, H, length, K)."""
+    """One decoder layer's keys and values: self-attention (B, H, length, K) per hypothesis,
+    encoder-decoder attention (B / group, H, S, K) per source sentence."""
 
     self_k: Optional[Tensor] = None
     self_v: Optional[Tensor] = None
     cross_k: Optional[Tensor] = None
     cross_v: Optional[Tensor] = None
+    group: int = 1  # hypotheses per source sentence (beam size)
 
 
 @dataclass
@@ -172,11 +183,31 @@ class DecoderState:
     layers: List[LayerCache] = field(default_factory=list)
     length: int = 0  # target positions decoded so far
 
+    group: int = 1  # hypotheses (rows) per source sentence; memory has one row per sentence
+
+    def expand(self, group: int) -> "DecoderState":
+        """`group` hypotheses per sentence (beam search), sharing the sentence's encoder output."""
+        if self.group != 1 or any(c.self_k is not None for c in self.layers):
+            raise ValueError("expand() applies to a fresh state only")
+        layers = [LayerCache(cross_k=c.cross_k, cross_v=c.cross_v, group=group) for c in self.layers]
+        return DecoderState(self.memory, self.src_mask, layers, self.length, group)
+
     def reorder(self, index: Tensor) -> "DecoderState":
-        """Keep rows `index` (B',) of every tensor: beam search's reordering of hypotheses."""
-        pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
-        layers = [LayerCache(*(pick(t) for t in (c.self_k, c.self_v, c.cross_k, c.cross_v))) for c in self.layers]
-        return DecoderState(pick(self.memory), pick(self.src_mask), layers, self.length)
+        """Keep rows `index` (B',) of every tensor: beam search's reordering of hypotheses.
+
+        With group G > 1, each consecutive run of G entries of index must come from one
+        sentence (as in beam search), and the per-sentence tensors follow those sentences.
+        """
+        pick = lambda t, i: None if t is None else t.index_select(0, i)  # noqa: E731
+        sentences = index if self.group == 1 else index.view(-1, self.group)[:, 0] // self.group
+        if self.group > 1 and len(sentences) == len(self.memory):  # no sentence left: nothing to move
+            sentences = None
+        per_sentence = (lambda t: t) if sentences is None else (lambda t: pick(t, sentences))  # noqa: E731
+        layers = [
+            LayerCache(pick(c.self_k, index), pick(c.self_v, index), per_sentence(c.cross_k), per_sentence(c.cross_v), c.group)
+            for c in self.layers
+        ]
+        return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, self.group)
 
 
 class Transformer(nn.Module):

@@ -56,7 +56,8 @@ def beam_search(
     device = _device_of(state)
     active = torch.arange(len(max_lengths), device=device)  # (B,) sentence of each live row group
     limit = torch.tensor(list(max_lengths), device=device)  # (B,)
-    state = state.reorder(active.repeat_interleave(K))  # K rows per sentence
+    # K rows per sentence; a state that can share per-sentence tensors among them says so.
+    state = state.expand(K) if hasattr(state, "expand") else state.reorder(active.repeat_interleave(K))
     scores = torch.full((len(active), K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
     history = torch.full((len(active) * K, 0), bos, dtype=torch.long, device=device)  # (B*K, t)
@@ -65,16 +66,17 @@ def beam_search(
 
     for t in range(int(limit.max())):
         B = len(active)
-        log_probs = step(last, state).clone()  # (B*K, V)
+        log_probs = step(last, state)  # (B*K, V)
         V = log_probs.size(-1)
+        candidates = log_probs.view(B, K, V) + scores[:, :, None]  # (B, K, V), a fresh tensor
         if banned:
-            log_probs[:, list(banned)] = float("-inf")
-        at_limit = (limit <= t + 1).repeat_interleave(K)  # (B*K,) only EOS may follow
+            candidates[:, :, list(banned)] = float("-inf")
+        at_limit = limit <= t + 1  # (B,) only EOS may follow
         if at_limit.any():
-            eos_column = log_probs[at_limit, eos].clone()
-            log_probs[at_limit] = float("-inf")
-            log_probs[at_limit, eos] = eos_column
-        candidates = (scores[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
+            eos_column = candidates[at_limit, :, eos].clone()
+            candidates[at_limit] = float("-inf")
+            candidates[at_limit, :, eos] = eos_column
+        candidates = candidates.view(B, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B, 2K)
         top_beam, top_token = top_index // V, top_index % V  # (B, 2K)
         row_offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1)
