@@ -8,6 +8,7 @@ TranslateConfig and know nothing of Hydra.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -175,6 +176,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         if code:
             sys.exit(code)
 
+    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files come from rank 0 only
+        overrides = overrides + ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}"]
     # Hydra reads sys.argv; the program name sets the job name (and log file name).
     sys.argv = [f"translate-{verb}"] + overrides
     task()

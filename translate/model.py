@@ -265,10 +265,12 @@ class Transformer(nn.Module):
         """Pre-softmax projection with the shared embedding: (..., D) -> (..., V)."""
         return F.linear(hidden, self.embedding.weight)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """(B, S), (B, T) -> logits (B, T, V)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, select: Optional[Tensor] = None) -> Tensor:
+        """(B, S), (B, T) -> logits (B, T, V); with select (B, T) bool, logits (N, V) at its
+        N True positions only (training: padding costs no vocabulary projection)."""
         memory, src_mask = self.encode(src)
-        return self.logits(self.decode(tgt_in, memory, src_mask))
+        hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
+        return self.logits(hidden if select is None else hidden[select])
 
     def start_state(self, src: Tensor) -> DecoderState:
         """Encode the source and set up empty caches for step()."""

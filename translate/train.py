@@ -5,9 +5,9 @@ Knows nothing of Hydra: takes the typed TranslateConfig.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, paths
+from translate import checkpoint, distributed, paths
 from translate.config import TranslateConfig
 from translate.data.batching import Batch, collate, shard, token_batches
 from translate.data.cache import EncodedSplit, prepare, write_report
@@ -45,6 +45,12 @@ class StepStats:
         for name in ("loss", "nll", "target_tokens", "padded_tokens", "real_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    def summed(self, context: distributed.Context) -> "StepStats":
+        """These sums over all processes."""
+        names = ("loss", "nll", "target_tokens", "padded_tokens", "real_tokens")
+        values = distributed.all_sum([getattr(self, n) for n in names], context)
+        return StepStats(*values[:2], *(int(v) for v in values[2:]))
+
     @property
     def padding(self) -> float:
         """Share of padded positions among all source and target positions."""
@@ -67,18 +73,36 @@ def epoch_batches(
         epoch += 1
 
 
-def train_step(model: nn.Module, batches: List[Batch], label_smoothing: float) -> StepStats:
-    """Forward and backward over the micro-batches of one update; gradients end up as those of
-    the loss summed over all target tokens divided by their number (as one big batch)."""
-    stats = StepStats(target_tokens=sum(b.target_tokens for b in batches))
-    for batch in batches:
-        memory, src_mask = model.encode(batch.src)
-        hidden = model.decode(batch.tgt_in, memory, src_mask)  # (B, T, D)
-        real = batch.tgt_out != PAD  # (B, T)
-        # Project only real positions to the vocabulary: padding costs no softmax.
-        logits = model.logits(hidden[real])  # (N, V)
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out[real], label_smoothing)
-        (loss / stats.target_tokens).backward()
+def train_step(
+    model: nn.Module,
+    batches: List[Batch],
+    label_smoothing: float,
+    context: distributed.Context = distributed.Context(),
+    autocast: Optional[torch.autocast] = None,
+    scaler: Optional["torch.amp.GradScaler"] = None,
+) -> StepStats:
+    """Forward and backward over this process's micro-batches of one update.
+
+    The gradients end up as those of the loss summed over every target token of the update,
+    on all processes, divided by their number: as one large batch on one process, whatever
+    the split. Only the last micro-batch all-reduces gradients (DistributedDataParallel).
+    """
+    local_tokens = sum(b.target_tokens for b in batches)
+    global_tokens = distributed.all_sum([local_tokens], context)[0]
+    # DDP averages gradients over processes; multiplying by world_size turns that into the sum.
+    scale = context.world_size / global_tokens
+    stats = StepStats(target_tokens=local_tokens)
+    for i, batch in enumerate(batches):
+        batch = batch.to(context.device)
+        last = i == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with autocast or contextlib.nullcontext():
+                real = batch.tgt_out != PAD  # (B, T)
+                logits = model(batch.src, batch.tgt_in, real)  # (N, V): real positions only
+                loss, nll = label_smoothed_nll(logits, batch.tgt_out[real], label_smoothing)
+            scaled = loss * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         stats.loss += loss.item()
         stats.nll += nll.item()
         stats.padded_tokens += batch.padded_tokens
@@ -100,56 +124,91 @@ def _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler,
 
 
 def train(cfg: TranslateConfig) -> Path:
-    """Train until train.max_steps updates or train.max_minutes; returns the last checkpoint."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise TranslateError("several processes are not supported yet: run with --nproc_per_node=1")
+    """Train until train.max_steps updates or train.max_minutes; returns the last checkpoint.
+
+    Under torchrun every process trains its share of each update (DistributedDataParallel);
+    only the main process logs and writes checkpoints.
+    """
+    context = distributed.init()
+    try:
+        return _train(cfg, context)
+    finally:
+        distributed.shutdown()
+
+
+def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    torch.manual_seed(cfg.train.seed)
+    if not context.is_main:
+        log.setLevel(logging.WARNING)
+    torch.manual_seed(cfg.train.seed)  # the same initial weights on every process
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    data = prepare(cfg.data, log=log.info)
-    write_report(data, run_dir / "data_report.json")
+    data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
+    if context.is_main:
+        write_report(data, run_dir / "data_report.json")
     vocabulary = data.vocabulary
     model_cfg = replace(cfg.model, vocab_size=len(vocabulary))
-    model = Transformer(model_cfg, pad_id=PAD)
+    model = Transformer(model_cfg, pad_id=PAD).to(context.device)
     optimizer, scheduler = build_optimizer(model, cfg.optim, model_cfg.d_model)
+    precision = resolve_precision(cfg.train.precision, context.device)
+    scaler = torch.amp.GradScaler(context.device.type) if precision == "fp16" else None
+    autocast = None if precision == "fp32" else torch.autocast(context.device.type, dtype=_DTYPES[precision])
     last_path = run_dir / paths.LAST_CHECKPOINT
     step = 0
     if last_path.is_file():
-        step = _resume(last_path, model, model_cfg, vocabulary, optimizer, scheduler)
+        step = _resume(last_path, model, model_cfg, vocabulary, optimizer, scheduler, scaler)
         log.info(f"resuming from {last_path} at update {step}")
     if step >= cfg.train.max_steps:
         log.info(f"{last_path} already has {step} updates (train.max_steps={cfg.train.max_steps}): nothing to do")
         return last_path
+    torch.manual_seed(cfg.train.seed + 1000 * context.rank + step)  # dropout differs between processes
 
-    accumulation = accumulation_steps(cfg.train.tokens_per_update, cfg.train.tokens_per_batch)
+    accumulation = accumulation_steps(cfg.train.tokens_per_update, cfg.train.tokens_per_batch, context.world_size)
     log.info(
         f"model: {model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
         f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary {len(vocabulary):,}); "
         f"{len(data.train):,} training pairs; {cfg.train.tokens_per_batch} tokens per batch x {accumulation} "
-        f"accumulation; {torch.get_num_threads()} threads"
+        f"accumulation x {context.world_size} processes; {precision} on {context.device}; "
+        f"{torch.get_num_threads()} threads"
     )
-    writer = _summary_writer(run_dir)
-    progress = _progress(cfg.train.max_steps, step)
+    wrapped = model
+    if context.distributed:
+        device_ids = [context.local_rank] if context.device.type == "cuda" else None
+        wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    writer = _summary_writer(run_dir) if context.is_main else None
+    progress = _progress(cfg.train.max_steps, step) if context.is_main else None
     model.train()
-    batches = epoch_batches(data.train, cfg.train.tokens_per_batch, cfg.train.seed + step)
+    batches = epoch_batches(data.train, cfg.train.tokens_per_batch, cfg.train.seed + step, context.rank, context.world_size)
     started = time.monotonic()
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
     window, window_start, totals = StepStats(), started, StepStats()
 
     def save() -> None:
-        checkpoint.save(last_path, _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step))
+        if context.is_main:
+            payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
+            if scaler is not None:
+                payload["scaler"] = scaler.state_dict()
+            checkpoint.save(last_path, payload)
+
+    def out_of_time() -> bool:  # decided together, so that no process waits for the others
+        return cfg.train.max_minutes is not None and distributed.any_true(time.monotonic() >= deadline, context)
 
     try:
-        while step < cfg.train.max_steps and time.monotonic() < deadline:
+        while step < cfg.train.max_steps and not out_of_time():
             micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
-            stats = train_step(model, micro, cfg.train.label_smoothing)
+            stats = train_step(wrapped, micro, cfg.train.label_smoothing, context, autocast, scaler)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             if cfg.optim.clip_norm > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip_norm)
             lr = scheduler.get_last_lr()[0]
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
@@ -158,7 +217,9 @@ def train(cfg: TranslateConfig) -> Path:
             if progress is not None:
                 progress.update(1)
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
-                _log_window(writer, step, lr, window, time.monotonic() - window_start)
+                window = window.summed(context)
+                if context.is_main:
+                    _log_window(writer, step, lr, window, time.monotonic() - window_start)
                 window, window_start = StepStats(), time.monotonic()
             if step % cfg.train.save_every == 0:
                 save()
@@ -169,15 +230,29 @@ def train(cfg: TranslateConfig) -> Path:
     finally:
         if progress is not None:
             progress.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
     save()
     elapsed = time.monotonic() - started
+    totals = totals.summed(context)
     if totals.target_tokens:
         log.info(
             f"stopped at update {step} after {elapsed / 60:.1f} min: {totals.target_tokens / elapsed:.0f} target tokens/s, "
             f"padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; checkpoint {last_path}"
         )
     return last_path
+
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """auto: bf16 on GPUs, fp32 on CPUs (bf16 matrix products are slow on CPUs without it)."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise TranslateError(f"train.precision={precision!r}: choose from auto, fp32, bf16, fp16")
+    return precision
 
 
 def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float) -> None:
@@ -198,7 +273,7 @@ def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float)
     )
 
 
-def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler) -> int:
+def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler, scaler=None) -> int:
     payload = checkpoint.load(path)
     saved_cfg = checkpoint.model_config(payload)
     difference = checkpoint.describe_difference(saved_cfg, model_cfg)
@@ -212,6 +287,8 @@ def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler) -> i
     if "optimizer" in payload:
         optimizer.load_state_dict(payload["optimizer"])
         scheduler.load_state_dict(payload["scheduler"])
+    if scaler is not None and "scaler" in payload:
+        scaler.load_state_dict(payload["scaler"])
     return int(payload["step"])
 
 

@@ -21,6 +21,12 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
     indices: np.ndarray  # (B,) positions of the pairs in the split
 
+    def to(self, device: torch.device) -> "Batch":
+        if self.src.device == device:
+            return self
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.indices)
+
     @property
     def target_tokens(self) -> int:
         return int((self.tgt_out != PAD).sum())

@@ -1,0 +1,159 @@
+"""Distributed training on the CPU (gloo): the update does not depend on how it is split."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.conftest import MULTI30K, ROOT, SMALL, need
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# Dropout off, and an Adam whose update is proportional to the gradient (eps >> |g|), scaled
+# up so that the updates are substantial: Adam is blind to a constant error in the loss scale.
+EXACT = ["model.dropout=0.0", "optim.eps=10.0", "optim.lr_scale=2000", "train.max_steps=3",
+         "train.tokens_per_batch=800", "train.log_every=1"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def weights(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def test_two_processes_equal_one_process_with_accumulation(tmp_path):
+    need(MULTI30K)
+    common = SMALL + EXACT + [f"data.cache_dir={tmp_path}/cache", "train.tokens_per_update=1600"]
+    one = run([sys.executable, "-m", "translate", "train", *common, f"run_dir={tmp_path}/one"])
+    assert one.returncode == 0, one.stderr
+    assert "x 2 accumulation x 1 processes" in one.stderr
+    two = run([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",
+               *common, f"run_dir={tmp_path}/two"])
+    assert two.returncode == 0, two.stderr
+    assert "x 1 accumulation x 2 processes" in two.stderr
+    a, b = weights(tmp_path / "one" / "checkpoint_last.pt"), weights(tmp_path / "two" / "checkpoint_last.pt")
+    initial = None
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+    # The updates were substantial: the weights moved well beyond the tolerance.
+    from translate.model import Transformer
+    from translate.checkpoint import model_config
+
+    torch.manual_seed(1)
+    payload = torch.load(tmp_path / "one" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    initial = Transformer(model_config(payload)).state_dict()
+    moved = max((a[n] - initial[n]).abs().max().item() for n in a)
+    assert moved > 1e-2
+
+
+def _gradient_worker(rank, port, overrides, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    from translate import distributed
+    from translate.cli import load_config
+    from translate.data.batching import collate, token_batches
+    from translate.data.cache import prepare
+    from translate.model import Transformer
+    from translate.train import train_step
+
+    context = distributed.init()
+    try:
+        cfg = load_config("train", overrides)
+        data = prepare(cfg.data, log=lambda _: None)
+        torch.manual_seed(0)
+        model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
+        reference = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
+        reference.load_state_dict(model.state_dict())
+        batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 700, seed=1, epoch=0)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        train_step(ddp, [collate(data.train, batches[rank])], 0.1, context)  # this rank's share
+        if rank == 0:  # one process, both batches, accumulated
+            train_step(reference, [collate(data.train, batches[0]), collate(data.train, batches[1])], 0.1)
+            worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+            largest = max(q.grad.abs().max().item() for q in reference.parameters())
+            results.put((worst, largest))
+    finally:
+        distributed.shutdown()
+
+
+def test_ddp_gradients_equal_accumulated_gradients(tmp_path):
+    need(MULTI30K)
+    overrides = SMALL + [f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run"]
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    mp.start_processes(_gradient_worker, args=(free_port(), overrides, results), nprocs=2, join=True, start_method="spawn")
+    worst, largest = results.get(timeout=60)
+    assert largest > 1e-3 and worst < 1e-6 + 1e-5 * largest, (worst, largest)
+
+
+def test_two_nodes_on_loopback_write_one_checkpoint(tmp_path):
+    need(MULTI30K)
+    port = free_port()
+    overrides = SMALL[:-2] + ["train.max_steps=2", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    nodes = [
+        subprocess.Popen(
+            [*TORCHRUN, "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1", "--rdzv-backend=c10d",
+             f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=translate-test", "-m", "translate", "train", *overrides],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.pt")) == ["checkpoint_last.pt"]
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    need(MULTI30K)
+    # Rank 1 fails on its second update (through a sitecustomize that only this test installs).
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    import translate.train as t\n"
+        "    original, calls = t.train_step, []\n"
+        "    def failing(*args, **kwargs):\n"
+        "        calls.append(1)\n"
+        "        if len(calls) == 2:\n"
+        "            raise RuntimeError('injected failure on rank 1')\n"
+        "        return original(*args, **kwargs)\n"
+        "    t.train_step = failing\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    overrides = SMALL[:-2] + ["train.max_steps=50", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    started = time.monotonic()
+    result = run([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train", *overrides], env=env)
+    assert result.returncode != 0
+    assert "injected failure on rank 1" in result.stderr
+    assert time.monotonic() - started < 180
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_runs_on_cpu(tmp_path, precision):
+    need(MULTI30K)
+    overrides = SMALL[:-2] + ["train.max_steps=4", "train.log_every=2", f"train.precision={precision}",
+                              f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    result = run([sys.executable, "-m", "translate", "train", *overrides])
+    assert result.returncode == 0, result.stderr
+    assert f"{precision} on cpu" in result.stderr
+    losses = [float(line.split("loss ")[1].split()[0]) for line in result.stderr.splitlines() if "] - update " in line]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    payload = torch.load(tmp_path / "run" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+    assert ("scaler" in payload) == (precision == "fp16")
