@@ -209,3 +209,66 @@ def test_prepare_verb_writes_the_report(tmp_path):
                      f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run")
     assert result.returncode == 0, result.stderr
     assert "kept" in result.stdout and (tmp_path / "run" / "data_report.json").is_file()
+
+
+def test_vocabulary_sample_is_seeded():
+    need(TEXT)
+    sentences = (TEXT / "newstest2012.en").read_text(encoding="utf-8").splitlines()
+    first = Vocabulary.train(sentences, vocab_size=500, sample_size=1000)
+    again = Vocabulary.train(sentences, vocab_size=500, sample_size=1000)
+    other = Vocabulary.train(sentences, vocab_size=500, sample_size=1000, seed=2)
+    assert first.model_bytes == again.model_bytes
+    assert first.model_bytes != other.model_bytes  # the sample (of 1,000 of 3,003) is what changed
+
+
+def write_parquet(folder, split, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"translation": rows}), folder / f"{split}-00000-of-00001.parquet")
+
+
+def test_hub_rows_with_a_missing_side_are_counted_as_dropped(compose, tmp_path):
+    need(TEXT)
+    en = (TEXT / "newstest2012.en").read_text(encoding="utf-8").splitlines()[:300]
+    de = (TEXT / "newstest2012.de").read_text(encoding="utf-8").splitlines()[:300]
+    rows = [{"en": e, "de": d} for e, d in zip(en, de)]
+    rows[5] = {"en": en[5], "de": None}
+    rows[9] = {"en": None, "de": de[9]}
+    write_parquet(tmp_path / "hub", "train", rows)
+    cfg = compose("train", f"data.path={tmp_path}/hub", "data.name=null", "data.vocab_size=300", "data.max_length_ratio=0")
+    data = prepare(cfg.data, log=lambda _: None)
+    assert data.report["train"]["empty"] == 2 and len(data.train) == 298
+
+
+def test_an_empty_split_is_a_clear_error(compose, tmp_path):
+    (tmp_path / "c.en").write_text("")
+    (tmp_path / "c.de").write_text("")
+    cfg = compose("train", "data=text", f"data.train={tmp_path}/c")
+    with pytest.raises(TranslateError, match=r"c\.\{en,de\} is empty"):
+        prepare(cfg.data, log=lambda _: None)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "hub").mkdir()
+    schema = pa.schema([("translation", pa.struct([("de", pa.string()), ("en", pa.string())]))])
+    pq.write_table(pa.Table.from_pylist([], schema=schema), tmp_path / "hub" / "train-00000-of-00001.parquet")
+    cfg = compose("train", f"data.path={tmp_path}/hub", "data.name=null")
+    with pytest.raises(TranslateError, match=r"(cannot load dataset '.*hub'|is empty)"):
+        prepare(cfg.data, log=lambda _: None)
+
+
+def test_reservoir_sample_is_uniform_and_seeded():
+    from translate.data.vocabulary import reservoir_sample
+
+    items = [str(i) for i in range(10000)]
+    sample = reservoir_sample(items, 1000, seed=1)
+    assert len(set(sample)) == 1000 and set(sample) <= set(items)
+    assert sample == reservoir_sample(items, 1000, seed=1) != reservoir_sample(items, 1000, seed=2)
+    assert reservoir_sample(items[:10], 1000, seed=1) == items[:10]
+    # Uniform: over many seeds, each decile of the input is equally represented.
+    counts = np.zeros(10)
+    for seed in range(50):
+        counts += np.bincount([int(x) // 1000 for x in reservoir_sample(items, 200, seed)], minlength=10)
+    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+import math
 import random
 from typing import Iterable, Iterator, List
 
@@ -42,19 +44,19 @@ class Vocabulary:
         seed: int = 1,
         threads: int = 2,
     ) -> "Vocabulary":
-        """Train on (a seeded random sample of) the given sentences, both languages together."""
+        """Train on a seeded random sample of at most sample_size of the given sentences (both
+        languages together): the same sentences and settings give the same vocabulary."""
         spm.set_random_generator_seed(seed)
-        random.seed(seed)
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=_non_empty(sentences),
+                sentence_iterator=iter(reservoir_sample(_non_empty(sentences), sample_size, seed)),
                 model_writer=model,
                 vocab_size=vocab_size,
                 model_type=model_type,
                 character_coverage=1.0,
-                input_sentence_size=sample_size,
-                shuffle_input_sentence=True,
+                input_sentence_size=0,  # sampled above: sentencepiece's own sampling is not seeded
+                shuffle_input_sentence=False,
                 hard_vocab_limit=False,  # small corpora get a smaller vocabulary, not an error
                 pad_id=PAD,
                 unk_id=UNK,
@@ -66,6 +68,24 @@ class Vocabulary:
         except RuntimeError as error:
             raise TranslateError(f"sentencepiece training failed: {str(error).splitlines()[0]}") from None
         return cls(model.getvalue())
+
+
+def reservoir_sample(items: Iterable[str], size: int, seed: int) -> List[str]:
+    """A uniform random sample of `size` items in one pass and O(size) memory (Li's
+    Algorithm L: random skips, so most items cost no random draw)."""
+    rng = random.Random(seed)
+    iterator = iter(items)
+    sample = list(itertools.islice(iterator, size))
+    if len(sample) < size or size == 0:
+        return sample
+    weight = math.exp(math.log(rng.random()) / size)
+    while True:
+        skip = int(math.log(rng.random()) / math.log(1 - weight))
+        chosen = next(itertools.islice(iterator, skip, skip + 1), None)
+        if chosen is None:
+            return sample
+        sample[rng.randrange(size)] = chosen
+        weight *= math.exp(math.log(rng.random()) / size)
 
 
 def _non_empty(sentences: Iterable[str]) -> Iterator[str]:
