@@ -27,6 +27,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from translate import flops  # noqa: E402
 from translate.cli import load_config  # noqa: E402
 from translate.data.batching import collate, pad, token_batches  # noqa: E402
 from translate.data.cache import prepare  # noqa: E402
@@ -40,26 +41,9 @@ def emit(**record) -> None:
     print(json.dumps(record), flush=True)
 
 
-def matmul_peak(seconds: float = 3.0, n: int = 2048) -> float:
+def matmul_peak(seconds: float = 3.0) -> float:
     """fp32 GFLOP/s of a large square matrix product with the current threads."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
-    return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
-
-
-def flops_per_target_token(cfg, src_len: float, tgt_len: float) -> float:
-    """Training FLOPs (forward + backward = 3 x forward) per target token: 6 x the weights a
-    token passes through (the tied output projection included), plus attention products."""
-    d, f, n, v = cfg.d_model, cfg.d_ff, cfg.layers, cfg.vocab_size
-    encoder = n * (4 * d * d + 2 * d * f) * (src_len / tgt_len)  # per target token
-    decoder = n * (8 * d * d + 2 * d * f)
-    projection = d * v
-    attention = 2 * n * d * (src_len * (src_len / tgt_len) + tgt_len / 2 + src_len)  # QK^T and AV
-    return 6 * (encoder + decoder + projection + attention)
+    return flops.matmul_peak(torch.device("cpu"), seconds=seconds) / 1e9
 
 
 class Reference(nn.Module):
@@ -118,7 +102,7 @@ def main() -> None:
     ours = [collate(split, b) for b in batches[:n]]
     src_len = float(np.mean(split.src_lengths)) + 1
     tgt_len = float(np.mean(split.tgt_lengths)) + 1
-    flops = flops_per_target_token(model_cfg, src_len, tgt_len)
+    per_token = flops.flops_per_target_token(model_cfg, src_len, tgt_len)
 
     peak = matmul_peak()
     emit(measurement="matmul_peak", gflops=round(peak, 1), threads=args.threads)
@@ -137,7 +121,7 @@ def main() -> None:
     ours_rate = tokens / seconds
     padding = 1 - sum(b.real_tokens for b in ours) / sum(b.padded_tokens for b in ours)
     emit(measurement="train_ours", model=args.model, target_tokens_per_s=round(ours_rate, 1),
-         mfu=round(ours_rate * flops / (peak * 1e9), 3), gflop_per_target_token=round(flops / 1e9, 4),
+         mfu=round(ours_rate * per_token / (peak * 1e9), 3), gflop_per_target_token=round(per_token / 1e9, 4),
          padding=round(padding, 3), steps=args.steps, tokens_per_batch=args.tokens_per_batch)
 
     if args.skip_reference:
@@ -171,7 +155,7 @@ def main() -> None:
     reference_padding = 1 - sum(int((s != PAD).sum() + (t != PAD).sum()) for s, _, t in reference_batches) / sum(
         s.numel() + t.numel() for s, _, t in reference_batches)
     emit(measurement="train_reference", model=args.model, target_tokens_per_s=round(reference_rate, 1),
-         mfu=round(reference_rate * flops / (peak * 1e9), 3), padding=round(reference_padding, 3),
+         mfu=round(reference_rate * per_token / (peak * 1e9), 3), padding=round(reference_padding, 3),
          sentences_per_batch=sentences, steps=args.steps)
     emit(measurement="train_speedup", model=args.model, ours_over_reference=round(ours_rate / reference_rate, 2))
 

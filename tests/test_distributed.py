@@ -157,3 +157,24 @@ def test_reduced_precision_runs_on_cpu(tmp_path, precision):
     payload = torch.load(tmp_path / "run" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
     assert ("scaler" in payload) == (precision == "fp16")
+
+
+@pytest.mark.slow
+def test_compiled_model_trains(tmp_path):
+    need(MULTI30K)
+    overrides = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1", "train.compile=true",
+                              f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    result = run([sys.executable, "-m", "translate", "train", *overrides])
+    assert result.returncode == 0, result.stderr
+    payload = torch.load(tmp_path / "run" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert not any(k.startswith("_orig_mod.") for k in payload["model"])
+
+
+def test_logs_account_for_compute(tmp_path):
+    need(MULTI30K)
+    overrides = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    result = run([sys.executable, "-m", "translate", "train", *overrides])
+    assert result.returncode == 0, result.stderr
+    assert "GFLOP per target token" in result.stderr
+    update = next(line for line in result.stderr.splitlines() if "] - update 2:" in line)
+    assert " mfu " in update and " mem " in update and " FLOPs" in update

@@ -74,6 +74,7 @@ class TrainConfig:
     save_every: int = 1000  # updates between checkpoints (one is always written at the end)
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
     precision: str = "auto"  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
+    compile: bool = False  # torch.compile the model (worth it for long GPU runs)
 
 
 @dataclass

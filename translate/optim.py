@@ -21,7 +21,11 @@ def build_optimizer(
 ) -> Tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(beta1, beta2, eps) whose learning rate at update n (from 1) is noam_lr(n)."""
     beta1, beta2 = cfg.betas
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
+    # The fused kernel (one pass over all parameters) where the device has one, else foreach.
+    try:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(beta1, beta2), eps=cfg.eps, fused=True)
+    except (RuntimeError, TypeError):
+        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
     # LambdaLR multiplies lr=1.0 by the lambda of the number of scheduler.step() calls so far:
     # before the first update that is 0, so the first update uses noam_lr(1).
     scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, paths
+from translate import checkpoint, distributed, flops, paths
 from translate.config import TranslateConfig
 from translate.data.batching import Batch, collate, shard, token_batches
 from translate.data.cache import EncodedSplit, prepare, write_report
@@ -173,10 +173,23 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         f"accumulation x {context.world_size} processes; {precision} on {context.device}; "
         f"{torch.get_num_threads()} threads"
     )
+    # Compute accounting: model FLOPs per target token at this corpus's average lengths, and
+    # the device's measured matrix-product peak in the training precision, for the MFU.
+    per_token = flops.flops_per_target_token(
+        model_cfg, float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
+    )
+    # (On CPUs the fp32 peak: their bf16/fp16 products are emulated, and far slower.)
+    peak_dtype = _DTYPES.get(precision, torch.float32) if context.device.type == "cuda" else torch.float32
+    peak = flops.matmul_peak(context.device, peak_dtype, seconds=0.5) if context.is_main else 0.0
+    paper_compute = flops.PAPER_COMPUTE.get(model_cfg.d_model) if model_cfg.layers == 6 else None
+    accounting = Accounting(per_token, peak * context.world_size, paper_compute, context.device)
+    log.info(f"{per_token / 1e9:.3f} GFLOP per target token; device peak {peak / 1e12:.2f} TFLOP/s ({precision})")
     wrapped = model
+    if cfg.train.compile:
+        wrapped = torch.compile(model)
     if context.distributed:
         device_ids = [context.local_rank] if context.device.type == "cuda" else None
-        wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
     writer = _summary_writer(run_dir) if context.is_main else None
     progress = _progress(cfg.train.max_steps, step) if context.is_main else None
     model.train()
@@ -219,7 +232,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
                 window = window.summed(context)
                 if context.is_main:
-                    _log_window(writer, step, lr, window, time.monotonic() - window_start)
+                    _log_window(writer, step, lr, window, time.monotonic() - window_start, accounting)
                 window, window_start = StepStats(), time.monotonic()
             if step % cfg.train.save_every == 0:
                 save()
@@ -255,21 +268,48 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float) -> None:
+@dataclass
+class Accounting:
+    """What the logs report about compute: FLOPs per token, peak (all processes), progress."""
+
+    flops_per_token: float
+    peak_flops: float  # FLOP/s of all processes together
+    paper_compute: Optional[float]  # the paper's total training FLOPs for this model size
+    device: torch.device
+    done: float = 0.0  # model FLOPs so far in this run
+
+    def peak_memory_gb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**30
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB -> GB
+
+
+def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float, accounting: Accounting) -> None:
     """TensorBoard scalars and one log line for the updates since the last report."""
+    rate = window.target_tokens / seconds
+    accounting.done += window.target_tokens * accounting.flops_per_token
     metrics = {
         "loss": window.loss / window.target_tokens,
         "nll": window.nll / window.target_tokens,
         "ppl": math.exp(min(window.nll / window.target_tokens, 50)),
         "lr": lr,
-        "target_tokens_per_s": window.target_tokens / seconds,
+        "target_tokens_per_s": rate,
         "padding": window.padding,
+        "mfu": rate * accounting.flops_per_token / accounting.peak_flops if accounting.peak_flops else 0.0,
+        "peak_memory_gb": accounting.peak_memory_gb(),
+        "model_flops": accounting.done,
     }
+    if accounting.paper_compute:
+        metrics["paper_compute_share"] = accounting.done / accounting.paper_compute
     for name, value in metrics.items():
         writer.add_scalar(f"train/{name}", value, step)
+    share = f" ({metrics['paper_compute_share']:.2%} of the paper's)" if accounting.paper_compute else ""
     log.info(
         f"update {step}: loss {metrics['loss']:.3f} nll {metrics['nll']:.3f} ppl {metrics['ppl']:.1f} "
-        f"lr {lr:.2e} {metrics['target_tokens_per_s']:.0f} tgt tok/s padding {metrics['padding']:.1%}"
+        f"lr {lr:.2e} {rate:.0f} tgt tok/s padding {metrics['padding']:.1%} mfu {metrics['mfu']:.0%} "
+        f"mem {metrics['peak_memory_gb']:.1f} GB compute {accounting.done:.2e} FLOPs{share}"
     )
 
 
