@@ -41,6 +41,17 @@ def need(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one thread is fastest, and immune to a busy machine's contention."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def compose(tmp_path) -> Callable[..., object]:
     """Compose a verb's real config with overrides, writing under tmp_path."""

@@ -18,12 +18,8 @@ ATOL = 1e-5
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is fastest, and immune to a busy machine's contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Tiny tensors: one thread (see conftest.one_thread)."""
 
 
 def tiny_config(dropout: float = 0.0) -> ModelConfig:

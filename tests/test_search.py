@@ -18,12 +18,8 @@ VOCAB = 6
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is fastest, and immune to a busy machine's contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Tiny tensors: one thread (see conftest.one_thread)."""
 
 
 Table = Dict[Tuple[int, ...], Dict[int, float]]  # prefix (generated tokens, no BOS) -> {token: prob}
