@@ -15,12 +15,13 @@ def test_base_preset_has_the_papers_values(compose):
     assert (cfg.decode.beam_size, cfg.decode.length_penalty, cfg.decode.max_len_b) == (4, 0.6, 50)
     assert (cfg.data.path, cfg.data.name, cfg.data.vocab_size) == ("wmt/wmt14", "de-en", 37000)
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de")
+    assert (cfg.checkpoint.every_minutes, cfg.checkpoint.average_last) == (10.0, 5)  # section 6.1
 
 
 def test_big_presets(compose):
     big = compose("train", "config=big")
     assert (big.model.d_model, big.model.d_ff, big.model.heads, big.model.dropout) == (1024, 4096, 16, 0.3)
-    assert big.train.max_steps == 300000
+    assert big.train.max_steps == 300000 and big.checkpoint.average_last == 20
     en_fr = compose("train", "config=big_en_fr")
     assert (en_fr.model.d_model, en_fr.model.dropout) == (1024, 0.1)
     assert (en_fr.data.name, en_fr.data.tgt_lang, en_fr.data.vocab_size) == ("fr-en", "fr", 32000)

@@ -115,7 +115,7 @@ def test_two_nodes_on_loopback_write_one_checkpoint(tmp_path):
     outputs = [node.communicate(timeout=600) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
-    assert sorted(p.name for p in (tmp_path / "run").glob("*.pt")) == ["checkpoint_last.pt"]
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.pt")) == ["checkpoint_2.pt", "checkpoint_last.pt"]
 
 
 def test_a_failing_rank_ends_the_job(tmp_path):

@@ -7,17 +7,22 @@ sentencepiece model's bytes), `step`, and for resuming `optimizer`, `scheduler`,
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import torch
 from torch import nn
 
-from translate.config import ModelConfig
+from translate import paths
+from translate.config import ModelConfig, TranslateConfig
 from translate.errors import TranslateError
+
+log = logging.getLogger("translate.checkpoint")
 
 REQUIRED = ("model", "model_config", "vocabulary", "step")
 
@@ -69,3 +74,63 @@ def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:
     """'d_model 512 != 256, ...' for the fields that differ."""
     a, b = asdict(saved), asdict(wanted)
     return ", ".join(f"{k} {a[k]} != {b[k]}" for k in a if a[k] != b[k] and k != "dropout")
+
+
+def numbered(run_dir: Path) -> List[Path]:
+    """The numbered checkpoints in run_dir (checkpoint_<update>.pt), oldest first."""
+    found = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint_*.pt") if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def prune(run_dir: Path, keep_last: int) -> None:
+    """Delete all but the newest keep_last numbered checkpoints."""
+    for path in numbered(run_dir)[: -keep_last or None] if keep_last > 0 else []:
+        path.unlink(missing_ok=True)
+
+
+def average(sources: List[Path]) -> Dict[str, Any]:
+    """Element-wise mean of the weights of checkpoints of one model (paper, section 6.1)."""
+    if not sources:
+        raise TranslateError("no checkpoints to average")
+    payloads = [load(path) for path in sources]
+    first = payloads[0]
+    for path, payload in zip(sources[1:], payloads[1:]):
+        if payload["model_config"] != first["model_config"] or payload["vocabulary"] != first["vocabulary"]:
+            raise TranslateError(f"{path} holds another model or vocabulary than {sources[0]}: cannot average them")
+    mean = {}
+    for name, tensor in first["model"].items():
+        stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
+        mean[name] = stacked.mean(dim=0).to(tensor.dtype)
+    result = {key: first[key] for key in ("model_config", "vocabulary", "languages") if key in first}
+    result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
+    return result
+
+
+def average_last(run_dir: Path, count: int) -> Path:
+    """Write run_dir/checkpoint_average.pt from the newest `count` numbered checkpoints."""
+    sources = numbered(run_dir)[-count:]
+    if not sources:
+        raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
+    destination = run_dir / paths.AVERAGE_CHECKPOINT
+    save(destination, average(sources))
+    log.info(f"wrote {destination}: the mean of {len(sources)} checkpoints ({sources[0].name} .. {sources[-1].name})")
+    return destination
+
+
+def average_verb(cfg: TranslateConfig) -> Path:
+    """`translate average`: average the last checkpoint.average_last numbered checkpoints of run_dir."""
+    if cfg.checkpoint.average_last < 1:
+        raise TranslateError("checkpoint.average_last is 0: set checkpoint.average_last=N to average the last N")
+    return average_last(Path(cfg.run_dir), cfg.checkpoint.average_last)
+
+
+def for_decoding(cfg: TranslateConfig) -> Path:
+    """The checkpoint decode uses; the average is (re)built first when the numbered checkpoints
+    are newer than it, so that train, decode, bleu need no extra step."""
+    path = paths.checkpoint(cfg)
+    if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
+        sources = numbered(path.parent)
+        stale = not path.is_file() or (sources and sources[-1].stat().st_mtime > path.stat().st_mtime)
+        if stale and sources:
+            average_last(path.parent, cfg.checkpoint.average_last)
+    return path

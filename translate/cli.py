@@ -29,6 +29,7 @@ VERBS: Dict[str, tuple] = {
     "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
+    "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
     "export": ("translate.export:export", "write the model for CTranslate2 (export.output=DIR)"),
 }
 

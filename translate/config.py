@@ -71,10 +71,19 @@ class TrainConfig:
     max_minutes: Optional[float] = None  # stop after this much wall time (minutes)
     seed: int = 1  # seeds weights, dropout and batch order
     log_every: int = 10  # updates between TensorBoard/log lines
-    save_every: int = 1000  # updates between checkpoints (one is always written at the end)
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
     precision: str = "auto"  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
     compile: bool = False  # torch.compile the model (worth it for long GPU runs)
+
+
+@dataclass
+class CheckpointConfig:
+    """When checkpoints are written and which are kept (paper: every 10 minutes, average the last 5 or 20)."""
+
+    every_steps: int = 1000  # updates between numbered checkpoints (one is always written at the end)
+    every_minutes: Optional[float] = 10.0  # also write one after this much wall time (minutes); null disables
+    keep_last: int = 5  # numbered checkpoints kept (older ones are deleted); checkpoint_last.pt always stays
+    average_last: int = 0  # decode uses the average of the last N numbered checkpoints; 0 uses the last one
 
 
 @dataclass
@@ -127,6 +136,7 @@ class TranslateConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)

@@ -142,7 +142,7 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     """Translate decode.input (a file, or - for stdin to stdout) or the decode.split of the
     data; returns the output path."""
     options = search_options(cfg)
-    translator = Translator.from_checkpoint(paths.checkpoint(cfg))
+    translator = Translator.from_checkpoint(checkpoint.for_decoding(cfg))
     wanted = [cfg.data.src_lang, cfg.data.tgt_lang]
     if translator.languages and list(translator.languages) != wanted:
         src, tgt = translator.languages

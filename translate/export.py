@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
-from translate import paths
+from translate import checkpoint, paths
 from translate.config import TranslateConfig
 from translate.data.vocabulary import BOS, EOS, PAD, UNK
 from translate.errors import TranslateError
@@ -44,7 +44,7 @@ def export(cfg: TranslateConfig) -> Path:
         raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
     from translate.decode import Translator  # the same loading and checks as decode
 
-    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else paths.checkpoint(cfg)
+    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else checkpoint.for_decoding(cfg)
     translator = Translator.from_checkpoint(source)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))

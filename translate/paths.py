@@ -6,12 +6,22 @@ from pathlib import Path
 
 from translate.config import TranslateConfig
 
-LAST_CHECKPOINT = "checkpoint_last.pt"
+LAST_CHECKPOINT = "checkpoint_last.pt"  # everything needed to resume; rewritten at every save
+AVERAGE_CHECKPOINT = "checkpoint_average.pt"  # the mean of the last checkpoint.average_last numbered ones
+
+
+def numbered_checkpoint(run_dir: Path, step: int) -> Path:
+    """The weights at one update (kept for averaging; checkpoint.keep_last of them)."""
+    return run_dir / f"checkpoint_{step}.pt"
 
 
 def checkpoint(cfg: TranslateConfig) -> Path:
-    """decode.checkpoint, else the last checkpoint that train wrote."""
-    return Path(cfg.decode.checkpoint) if cfg.decode.checkpoint else Path(cfg.run_dir) / LAST_CHECKPOINT
+    """decode.checkpoint; else the average when the preset asks for one (checkpoint.average_last),
+    else the last checkpoint that train wrote."""
+    if cfg.decode.checkpoint:
+        return Path(cfg.decode.checkpoint)
+    name = AVERAGE_CHECKPOINT if cfg.checkpoint.average_last > 0 else LAST_CHECKPOINT
+    return Path(cfg.run_dir) / name
 
 
 def decode_output(cfg: TranslateConfig) -> Path:

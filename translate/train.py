@@ -198,12 +198,26 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
     window, window_start, totals = StepStats(), started, StepStats()
 
+    last_saved = time.monotonic()
+
     def save() -> None:
-        if context.is_main:
-            payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
-            if scaler is not None:
-                payload["scaler"] = scaler.state_dict()
-            checkpoint.save(last_path, payload)
+        """checkpoint_last.pt (full state, for resuming) and a numbered copy of the weights
+        (for averaging); older numbered ones beyond checkpoint.keep_last are deleted."""
+        nonlocal last_saved
+        last_saved = time.monotonic()
+        if not context.is_main:
+            return
+        payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
+        if scaler is not None:
+            payload["scaler"] = scaler.state_dict()
+        checkpoint.save(last_path, payload)
+        weights = {k: payload[k] for k in ("model", "model_config", "vocabulary", "languages", "step")}
+        checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)
+        checkpoint.prune(run_dir, cfg.checkpoint.keep_last)
+
+    def save_due() -> bool:
+        minutes = cfg.checkpoint.every_minutes
+        return step % cfg.checkpoint.every_steps == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
 
     def out_of_time() -> bool:  # decided together, so that no process waits for the others
         return cfg.train.max_minutes is not None and distributed.any_true(time.monotonic() >= deadline, context)
@@ -234,7 +248,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                 if context.is_main:
                     _log_window(writer, step, lr, window, time.monotonic() - window_start, accounting)
                 window, window_start = StepStats(), time.monotonic()
-            if step % cfg.train.save_every == 0:
+            if save_due():
                 save()
     except KeyboardInterrupt:
         log.info(f"interrupted at update {step}: saving {last_path}")
