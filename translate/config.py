@@ -74,6 +74,8 @@ class TrainConfig:
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
     precision: str = "auto"  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
     compile: bool = False  # torch.compile the model (worth it for long GPU runs)
+    init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
+    max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
 
 
 @dataclass
@@ -84,6 +86,16 @@ class CheckpointConfig:
     every_minutes: Optional[float] = 10.0  # also write one after this much wall time (minutes); null disables
     keep_last: int = 5  # numbered checkpoints kept (older ones are deleted); checkpoint_last.pt always stays
     average_last: int = 0  # decode uses the average of the last N numbered checkpoints; 0 uses the last one
+
+
+@dataclass
+class ValidConfig:
+    """Validation on the dev split (newstest2013 for WMT14) during training."""
+
+    every_steps: int = 1000  # updates between validations; 0 disables
+    metric: str = "loss"  # loss or bleu: which one chooses checkpoint_best.pt (and early stopping)
+    bleu_sentences: int = 0  # dev sentences translated (greedy) for BLEU at each validation; 0: no BLEU
+    patience: int = 0  # stop after this many validations without improvement; 0: never
 
 
 @dataclass
@@ -137,6 +149,7 @@ class TranslateConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    valid: ValidConfig = field(default_factory=ValidConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)

@@ -7,6 +7,7 @@ from pathlib import Path
 from translate.config import TranslateConfig
 
 LAST_CHECKPOINT = "checkpoint_last.pt"  # everything needed to resume; rewritten at every save
+BEST_CHECKPOINT = "checkpoint_best.pt"  # the weights with the best dev metric (valid.metric)
 AVERAGE_CHECKPOINT = "checkpoint_average.pt"  # the mean of the last checkpoint.average_last numbered ones
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -20,13 +21,14 @@ from torch import nn
 
 from translate import checkpoint, distributed, flops, paths
 from translate.config import TranslateConfig
-from translate.data.batching import Batch, collate, shard, token_batches
+from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import EncodedSplit, prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
 from translate.model import Transformer
 from translate.optim import build_optimizer
+from translate.validate import Tracker, dev_bleu, dev_loss
 
 log = logging.getLogger("translate.train")
 
@@ -64,13 +66,9 @@ def accumulation_steps(tokens_per_update: int, tokens_per_batch: int, world_size
 
 def epoch_batches(
     split: EncodedSplit, tokens_per_batch: int, seed: int, rank: int = 0, world_size: int = 1
-) -> Iterator[np.ndarray]:
-    """Endless stream of this process's batches (index arrays), reshuffled every epoch."""
-    src_lengths, tgt_lengths = split.src_lengths, split.tgt_lengths
-    epoch = 0
-    while True:
-        yield from shard(token_batches(src_lengths, tgt_lengths, tokens_per_batch, seed, epoch), rank, world_size)
-        epoch += 1
+) -> BatchStream:
+    """Endless, resumable stream of this process's batches (index arrays), reshuffled every epoch."""
+    return BatchStream(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed, rank, world_size)
 
 
 def train_step(
@@ -157,13 +155,18 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     autocast = None if precision == "fp32" else torch.autocast(context.device.type, dtype=_DTYPES[precision])
     last_path = run_dir / paths.LAST_CHECKPOINT
     step = 0
+    resumed: Optional[Dict] = None
     if last_path.is_file():
-        step = _resume(last_path, model, model_cfg, vocabulary, optimizer, scheduler, scaler)
+        resumed = _resume(last_path, model, model_cfg, vocabulary, optimizer, scheduler, scaler)
+        step = int(resumed["step"])
         log.info(f"resuming from {last_path} at update {step}")
+    elif cfg.train.init_from:
+        _init_from(Path(cfg.train.init_from), model, model_cfg, vocabulary)
+        log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
     if step >= cfg.train.max_steps:
         log.info(f"{last_path} already has {step} updates (train.max_steps={cfg.train.max_steps}): nothing to do")
         return last_path
-    torch.manual_seed(cfg.train.seed + 1000 * context.rank + step)  # dropout differs between processes
+    torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
 
     accumulation = accumulation_steps(cfg.train.tokens_per_update, cfg.train.tokens_per_batch, context.world_size)
     log.info(
@@ -193,7 +196,13 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     writer = _summary_writer(run_dir) if context.is_main else None
     progress = _progress(cfg.train.max_steps, step) if context.is_main else None
     model.train()
-    batches = epoch_batches(data.train, cfg.train.tokens_per_batch, cfg.train.seed + step, context.rank, context.world_size)
+    batches = epoch_batches(data.train, cfg.train.tokens_per_batch, cfg.train.seed, context.rank, context.world_size)
+    tracker = Tracker(cfg.valid.metric)
+    if resumed is not None:
+        _restore_process_state(resumed, context, batches, tracker)
+    dev = _dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
+    stop_signal = _StopSignals()
+    nonfinite_in_a_row = skipped = 0
     started = time.monotonic()
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
     window, window_start, totals = StepStats(), started, StepStats()
@@ -201,13 +210,16 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     last_saved = time.monotonic()
 
     def save() -> None:
-        """checkpoint_last.pt (full state, for resuming) and a numbered copy of the weights
-        (for averaging); older numbered ones beyond checkpoint.keep_last are deleted."""
+        """checkpoint_last.pt (full state, for resuming exactly: every process's random state
+        and data position too) and a numbered copy of the weights (for averaging); numbered
+        ones beyond checkpoint.keep_last are deleted."""
         nonlocal last_saved
         last_saved = time.monotonic()
+        states = _gather_process_states(context, batches)
         if not context.is_main:
             return
         payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
+        payload.update(processes=states, valid=tracker.state_dict(), skipped_updates=skipped)
         if scaler is not None:
             payload["scaler"] = scaler.state_dict()
         checkpoint.save(last_path, payload)
@@ -219,17 +231,45 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         minutes = cfg.checkpoint.every_minutes
         return step % cfg.checkpoint.every_steps == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
 
-    def out_of_time() -> bool:  # decided together, so that no process waits for the others
-        return cfg.train.max_minutes is not None and distributed.any_true(time.monotonic() >= deadline, context)
+    def stop_reason() -> Optional[str]:
+        """A stop signal or time up, agreed by all processes so that none waits for the others."""
+        seen = [float(stop_signal.received is not None), float(time.monotonic() >= deadline)]
+        signal_seen, time_up = distributed.all_sum(seen, context)
+        return "signal" if signal_seen else ("time" if time_up else None)
 
     try:
-        while step < cfg.train.max_steps and not out_of_time():
+        while step < cfg.train.max_steps:
+            reason = stop_reason()
+            if reason == "time":
+                break
+            if reason == "signal":
+                save()
+                raise TranslateError(
+                    f"stopped by {stop_signal.name or 'a stop signal on another process'} at update {step}: "
+                    f"saved {last_path}; run the same command to resume"
+                )
             micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
             stats = train_step(wrapped, micro, cfg.train.label_smoothing, context, autocast, scaler)
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            if cfg.optim.clip_norm > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip_norm)
+            max_norm = cfg.optim.clip_norm if cfg.optim.clip_norm > 0 else math.inf
+            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+            if not math.isfinite(grad_norm) or not math.isfinite(stats.loss):
+                # The gradients are all-reduced, so every process sees the same verdict.
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.update()
+                skipped += 1
+                nonfinite_in_a_row += 1
+                log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
+                if nonfinite_in_a_row >= cfg.train.max_nonfinite:
+                    good = last_path if last_path.is_file() else "none yet"
+                    raise TranslateError(
+                        f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
+                        f"last good checkpoint: {good}"
+                    )
+                continue
+            nonfinite_in_a_row = 0
             lr = scheduler.get_last_lr()[0]
             if scaler is not None:
                 scaler.step(optimizer)
@@ -247,14 +287,22 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                 window = window.summed(context)
                 if context.is_main:
                     _log_window(writer, step, lr, window, time.monotonic() - window_start, accounting)
+                    writer.add_scalar("train/grad_norm", grad_norm, step)
+                    writer.add_scalar("train/skipped_updates", skipped, step)
                 window, window_start = StepStats(), time.monotonic()
             if save_due():
                 save()
+            if cfg.valid.every_steps and step % cfg.valid.every_steps == 0 and data.valid is not None:
+                if _validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
+                    save()
+                    log.info(f"early stopping at update {step}: no better {cfg.valid.metric} in {cfg.valid.patience} validations")
+                    break
     except KeyboardInterrupt:
         log.info(f"interrupted at update {step}: saving {last_path}")
         save()
         raise
     finally:
+        stop_signal.restore()
         if progress is not None:
             progress.close()
         if writer is not None:
@@ -280,6 +328,95 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision not in ("fp32", "bf16", "fp16"):
         raise TranslateError(f"train.precision={precision!r}: choose from auto, fp32, bf16, fp16")
     return precision
+
+
+class _StopSignals:
+    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) ask for a save and a clean
+    exit at the next update; the previous handlers come back afterwards."""
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self.previous: Dict[int, object] = {}
+        try:
+            for number in (signal.SIGTERM, signal.SIGUSR1):
+                self.previous[number] = signal.signal(number, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self.previous = {}
+
+    @property
+    def name(self) -> Optional[str]:
+        return signal.Signals(self.received).name if self.received else None
+
+    def _handle(self, number, frame) -> None:
+        self.received = number
+
+    def restore(self) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
+
+
+def _process_state(batches: BatchStream) -> Dict:
+    state = {"torch": torch.get_rng_state(), "batches": batches.state_dict()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _gather_process_states(context: distributed.Context, batches: BatchStream) -> List[Dict]:
+    """Every process's random state and data position (for an exact resume), on rank 0."""
+    state = _process_state(batches)
+    if not context.distributed:
+        return [state]
+    states: List = [None] * context.world_size
+    torch.distributed.all_gather_object(states, state)
+    return states
+
+
+def _restore_process_state(payload: Dict, context: distributed.Context, batches: BatchStream, tracker: Tracker) -> None:
+    states = payload.get("processes")
+    if states is None or len(states) != context.world_size:
+        log.warning("the checkpoint was written by another number of processes: data order and random state restart")
+        return
+    state = states[context.rank]
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    batches.load_state_dict(state["batches"])
+    tracker.load_state_dict(payload.get("valid", {}))
+
+
+def _dev_sentences(cfg: TranslateConfig):
+    from translate.data.loading import load_corpus
+
+    sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
+    return sources[: cfg.valid.bleu_sentences], references[: cfg.valid.bleu_sentences]
+
+
+def _validate(cfg, context, model, data, vocabulary, tracker: Tracker, dev, writer, step: int, run_dir: Path) -> bool:
+    """Validate on rank 0, keep checkpoint_best.pt; returns whether to stop early (agreed by all)."""
+    stop = False
+    if context.is_main:
+        metrics = dev_loss(model, data.valid, cfg.train.tokens_per_batch, context.device, cfg.train.label_smoothing)
+        if dev is not None:
+            metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
+            writer.add_text("dev/translations", "\n\n".join(
+                f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in list(zip(dev[0], hypotheses, dev[1]))[:5]), step)
+        for name, value in metrics.items():
+            writer.add_scalar(f"dev/{name}", value, step)
+        if cfg.valid.metric not in metrics:
+            raise TranslateError(f"valid.metric={cfg.valid.metric} needs valid.bleu_sentences > 0" if cfg.valid.metric == "bleu"
+                                 else f"valid.metric={cfg.valid.metric!r}: choose loss or bleu")
+        improved = tracker.update(metrics[cfg.valid.metric])
+        text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+        log.info(f"update {step}: dev {text}" + (" (best)" if improved else f" (best {tracker.best:.3f})"))
+        if improved:
+            weights = {"model": checkpoint.plain_state_dict(model), "model_config": asdict(model.cfg),
+                       "vocabulary": vocabulary.model_bytes, "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
+                       "step": step, "dev": metrics}
+            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, weights)
+        stop = bool(cfg.valid.patience) and tracker.since_best >= cfg.valid.patience
+    return distributed.any_true(stop, context)
 
 
 @dataclass
@@ -327,23 +464,32 @@ def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float,
     )
 
 
-def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler, scaler=None) -> int:
-    payload = checkpoint.load(path)
-    saved_cfg = checkpoint.model_config(payload)
-    difference = checkpoint.describe_difference(saved_cfg, model_cfg)
+def _check_compatible(path: Path, payload: Dict, model_cfg, vocabulary) -> None:
+    difference = checkpoint.describe_difference(checkpoint.model_config(payload), model_cfg)
     if difference:
-        raise TranslateError(
-            f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away"
-        )
+        raise TranslateError(f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away")
     if payload["vocabulary"] != vocabulary.model_bytes:
         raise TranslateError(f"{path} was trained with another vocabulary: use another run_dir")
+
+
+def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler, scaler=None) -> Dict:
+    """Load everything a checkpoint_last.pt holds; returns the payload for the process states."""
+    payload = checkpoint.load(path)
+    _check_compatible(path, payload, model_cfg, vocabulary)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:
         optimizer.load_state_dict(payload["optimizer"])
         scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and "scaler" in payload:
         scaler.load_state_dict(payload["scaler"])
-    return int(payload["step"])
+    return payload
+
+
+def _init_from(path: Path, model, model_cfg, vocabulary) -> None:
+    """Fine-tuning: another run's weights, nothing else."""
+    payload = checkpoint.load(path)
+    _check_compatible(path, payload, model_cfg, vocabulary)
+    model.load_state_dict(payload["model"])
 
 
 def _summary_writer(run_dir: Path):

@@ -81,6 +81,40 @@ def shard(batches: List[np.ndarray], rank: int, world_size: int) -> List[np.ndar
     return batches[rank::world_size]
 
 
+class BatchStream:
+    """Endless stream of one process's batches (index arrays), reshuffled every epoch, whose
+    position can be saved and restored exactly (for resuming)."""
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, tokens_per_batch: int, seed: int,
+                 rank: int = 0, world_size: int = 1):
+        self.lengths = (src_lengths, tgt_lengths)
+        self.tokens_per_batch, self.seed, self.rank, self.world_size = tokens_per_batch, seed, rank, world_size
+        self.epoch, self.position = 0, 0
+        self._batches: List[np.ndarray] | None = None
+
+    def _epoch_batches(self) -> List[np.ndarray]:
+        if self._batches is None:
+            batches = token_batches(*self.lengths, self.tokens_per_batch, self.seed, self.epoch)
+            self._batches = shard(batches, self.rank, self.world_size)
+        return self._batches
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> np.ndarray:
+        while self.position >= len(self._epoch_batches()):  # (a shard may be empty)
+            self.epoch, self.position, self._batches = self.epoch + 1, 0, None
+        batch = self._epoch_batches()[self.position]
+        self.position += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position, self._batches = int(state["epoch"]), int(state["position"]), None
+
+
 def pad_flat(
     tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, prefix: int | None = None, suffix: int | None = None
 ) -> torch.Tensor:

@@ -1,0 +1,161 @@
+"""Training that survives: exact resume after SIGKILL, interrupted writes, SIGTERM,
+non-finite updates, fine-tuning from another run, validation and early stopping."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from tests.conftest import MULTI30K, ROOT, SMALL, need
+from translate import checkpoint
+
+BASE = SMALL[:-2] + ["train.log_every=1", "checkpoint.every_steps=5", "checkpoint.every_minutes=null", "valid.every_steps=0"]
+
+
+def hook_env(tmp_path, code: str) -> dict:
+    """An environment whose Python runs `code` at start-up (a sitecustomize of this test's own)."""
+    folder = tmp_path / "hook"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(code)
+    return dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def train(tmp_path, run, *extra, env=None, timeout=600):
+    overrides = BASE + [f"run_dir={tmp_path / run}", f"data.cache_dir={tmp_path}/cache", *extra]
+    return subprocess.run([sys.executable, "-m", "translate", "train", *overrides], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+KILL_ON_CALL = """
+import os, signal
+import translate.train as t
+original, calls = t.train_step, []
+def killing(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == {call}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+t.train_step = killing
+"""
+
+
+def test_sigkill_and_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path):
+    need(MULTI30K)
+    straight = train(tmp_path, "straight", "train.max_steps=14")
+    assert straight.returncode == 0, straight.stderr
+    killed = train(tmp_path, "resumed", "train.max_steps=14", env=hook_env(tmp_path, KILL_ON_CALL.format(call=8)))
+    assert killed.returncode == -signal.SIGKILL
+    assert checkpoint.load(tmp_path / "resumed" / "checkpoint_last.pt")["step"] == 5
+    resumed = train(tmp_path, "resumed", "train.max_steps=14")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stderr
+    a = checkpoint.load(tmp_path / "straight" / "checkpoint_last.pt")
+    b = checkpoint.load(tmp_path / "resumed" / "checkpoint_last.pt")
+    assert a["step"] == b["step"] == 14
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name  # dropout and data order restored too
+    assert a["optimizer"]["state"][0]["exp_avg"].equal(b["optimizer"]["state"][0]["exp_avg"])
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
+    need(MULTI30K)
+    hook = """
+import os, signal
+import translate.checkpoint as c
+original, calls = os.replace, []
+def dying_replace(source, target):
+    calls.append(target)
+    if len(calls) == 3:  # the second checkpoint_last.pt: killed after writing, before the rename
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(source, target)
+c.os.replace = dying_replace
+"""
+    result = train(tmp_path, "run", "train.max_steps=12", env=hook_env(tmp_path, hook))
+    assert result.returncode == -signal.SIGKILL
+    assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == 5  # the previous one, whole
+    resumed = train(tmp_path, "run", "train.max_steps=12")
+    assert resumed.returncode == 0, resumed.stderr
+    assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == 12
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+    need(MULTI30K)
+    overrides = BASE + ["train.max_steps=100000", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    process = subprocess.Popen([sys.executable, "-m", "translate", "train", *overrides], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "run" / "checkpoint_5.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - sent < 30
+    assert process.returncode == 1
+    line = next(l for l in stderr.splitlines() if "error:" in l)
+    assert "stopped by SIGTERM at update" in line and "run the same command to resume" in line
+    step = int(line.split("at update ")[1].split(":")[0])
+    assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == step >= 5
+
+
+NAN_LOSS = """
+import translate.train as t
+original, calls = t.label_smoothed_nll, []
+def poisoned(*args, **kwargs):
+    calls.append(1)
+    loss, nll = original(*args, **kwargs)
+    if {condition}:
+        loss = loss * float("nan")
+    return loss, nll
+t.label_smoothed_nll = poisoned
+"""
+
+
+def test_non_finite_updates_are_skipped_and_counted(tmp_path):
+    need(MULTI30K)
+    env = hook_env(tmp_path, NAN_LOSS.format(condition="len(calls) in (3, 4)"))
+    result = train(tmp_path, "run", "train.max_steps=6", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("non-finite loss or gradient, skipped") == 2
+    payload = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    assert payload["step"] == 6 and payload["skipped_updates"] == 2
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+
+
+def test_repeated_non_finite_updates_stop_the_run_clearly(tmp_path):
+    need(MULTI30K)
+    env = hook_env(tmp_path, NAN_LOSS.format(condition="len(calls) > 6"))
+    result = train(tmp_path, "run", "train.max_steps=50", "train.max_nonfinite=4", env=env)
+    assert result.returncode == 1
+    line = next(l for l in result.stderr.splitlines() if "error:" in l)
+    assert "4 non-finite updates in a row at update 7" in line and "checkpoint_last.pt" in line
+
+
+def test_init_from_another_runs_weights(tmp_path):
+    need(MULTI30K)
+    assert train(tmp_path, "first", "train.max_steps=3").returncode == 0
+    source = tmp_path / "first" / "checkpoint_last.pt"
+    second = train(tmp_path, "second", "train.max_steps=1", f"train.init_from={source}", "optim.lr_scale=1e-12")
+    assert second.returncode == 0, second.stderr
+    assert "starting from the weights of" in second.stderr
+    a, b = checkpoint.load(source), checkpoint.load(tmp_path / "second" / "checkpoint_last.pt")
+    assert b["step"] == 1  # a fresh schedule
+    assert all(torch.allclose(a["model"][n], b["model"][n], atol=1e-6) for n in a["model"])
+    other = train(tmp_path, "third", "train.max_steps=1", f"train.init_from={source}", "model.d_ff=128")
+    assert other.returncode == 1 and "different model (d_ff 64 != 128)" in other.stderr
+
+
+def test_validation_keeps_the_best_and_stops_early(tmp_path):
+    need(MULTI30K)
+    result = train(tmp_path, "run", "train.max_steps=6", "valid.every_steps=2", "valid.bleu_sentences=20", "valid.metric=bleu")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("dev loss") == 3 and "bleu" in result.stderr
+    best = checkpoint.load(tmp_path / "run" / "checkpoint_best.pt")
+    assert best["step"] in (2, 4, 6) and "bleu" in best["dev"]
+    # With (almost) no learning the dev loss never improves after the first validation.
+    frozen = train(tmp_path, "frozen", "train.max_steps=20", "valid.every_steps=2", "valid.patience=2", "optim.lr_scale=1e-12")
+    assert frozen.returncode == 0, frozen.stderr
+    assert "early stopping at update 6" in frozen.stderr
+    assert checkpoint.load(tmp_path / "frozen" / "checkpoint_last.pt")["valid"]["since_best"] == 2

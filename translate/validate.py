@@ -1,0 +1,66 @@
+"""Validation on the dev split during training: loss, and BLEU of a quick greedy decode."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from translate.data.batching import collate, token_batches
+from translate.data.cache import EncodedSplit
+from translate.data.vocabulary import PAD, Vocabulary
+from translate.loss import label_smoothed_nll
+
+
+@torch.no_grad()
+def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, device: torch.device,
+             label_smoothing: float) -> Dict[str, float]:
+    """Label-smoothed loss and NLL per target token over the whole dev split (eval mode)."""
+    was_training = model.training
+    model.eval()
+    loss = nll = tokens = 0.0
+    for indices in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed=0, epoch=0):
+        batch = collate(split, indices).to(device)
+        real = batch.tgt_out != PAD
+        batch_loss, batch_nll = label_smoothed_nll(model(batch.src, batch.tgt_in, real), batch.tgt_out[real], label_smoothing)
+        loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + int(real.sum())
+    model.train(was_training)
+    return {"loss": loss / tokens, "nll": nll / tokens}
+
+
+def dev_bleu(model: nn.Module, vocabulary: Vocabulary, sources: List[str], references: List[str]) -> Tuple[float, List[str]]:
+    """sacreBLEU of greedy translations of the given dev sentences, and the translations."""
+    from translate.decode import Translator
+    from translate.score import corpus_bleu
+
+    was_training = model.training
+    model.eval()
+    hypotheses = Translator(model, vocabulary).translate(sources, beam_size=1)
+    model.train(was_training)
+    return corpus_bleu(hypotheses, references)[0].score, hypotheses
+
+
+class Tracker:
+    """The best dev metric so far and validations since it improved (saved in checkpoints)."""
+
+    def __init__(self, metric: str):
+        self.metric = metric
+        self.best: Optional[float] = None
+        self.since_best = 0
+
+    def update(self, value: float) -> bool:
+        """Record a validation; True if it is the best so far (lower loss, or higher BLEU)."""
+        better = self.best is None or (value > self.best if self.metric == "bleu" else value < self.best)
+        if better:
+            self.best, self.since_best = value, 0
+        else:
+            self.since_best += 1
+        return better
+
+    def state_dict(self) -> dict:
+        return {"metric": self.metric, "best": self.best, "since_best": self.since_best}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("metric") == self.metric:
+            self.best, self.since_best = state["best"], state["since_best"]
