@@ -159,3 +159,27 @@ def test_validation_keeps_the_best_and_stops_early(tmp_path):
     assert frozen.returncode == 0, frozen.stderr
     assert "early stopping at update 6" in frozen.stderr
     assert checkpoint.load(tmp_path / "frozen" / "checkpoint_last.pt")["valid"]["since_best"] == 2
+
+
+def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
+    """Under torchrun, SIGTERM to one worker: both stop at the same update, rank 0 saves the
+    random state and data position of both, and a rerun resumes."""
+    need(MULTI30K)
+    from tests.test_distributed import TORCHRUN, free_port
+
+    overrides = BASE + ["train.max_steps=100000", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    agent = subprocess.Popen([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",
+                              *overrides], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "run" / "checkpoint_5.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2
+    os.kill(int(sorted(workers, key=int)[-1]), signal.SIGTERM)  # one worker only
+    _, stderr = agent.communicate(timeout=120)
+    assert agent.returncode != 0
+    assert "stopped by SIGTERM at update" in stderr and "stopped by a stop signal on another process" in stderr
+    payload = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    assert payload["step"] >= 5 and len(payload["processes"]) == 2
+    assert all(p["batches"]["position"] > 0 for p in payload["processes"])
+    assert not torch.equal(payload["processes"][0]["torch"], payload["processes"][1]["torch"])  # each rank its own
