@@ -107,7 +107,6 @@ def main() -> None:
              target_tokens_per_s=round(rate), mfu=round(rate * per_token / peak, 3),
              gflop_per_target_token=round(per_token / 1e9, 3), peak_memory_gb=memory and round(memory, 1),
              projected_paper_hours_on_8=round(PAPER_STEPS[name] * per_update_8 / 3600, 2))
-        del model, optimizer, step_model
         if device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -10,7 +10,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.conftest import MULTI30K, ROOT, SMALL, need

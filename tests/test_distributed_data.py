@@ -1,7 +1,6 @@
 """Two processes in a gloo process group see disjoint batches that cover the epoch once."""
 
 import numpy as np
-import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 

@@ -1,6 +1,5 @@
 """Compute accounting against the paper's figures (../shared/PAPER.md)."""
 
-from dataclasses import replace
 
 import pytest
 import torch

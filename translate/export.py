@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
-from translate import checkpoint, paths
+from translate import checkpoint
 from translate.config import TranslateConfig
 from translate.data.vocabulary import BOS, EOS, PAD, UNK
 from translate.errors import TranslateError

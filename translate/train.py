@@ -8,18 +8,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, flops, paths
+from translate import checkpoint, distributed, flops, paths, resume
 from translate.config import TranslateConfig
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import EncodedSplit, prepare, write_report
@@ -28,7 +27,7 @@ from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
 from translate.model import Transformer
 from translate.optim import build_optimizer
-from translate.validate import Tracker, dev_bleu, dev_loss
+from translate.validate import Tracker, dev_sentences, validate
 
 log = logging.getLogger("translate.train")
 
@@ -199,9 +198,9 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     batches = epoch_batches(data.train, cfg.train.tokens_per_batch, cfg.train.seed, context.rank, context.world_size)
     tracker = Tracker(cfg.valid.metric)
     if resumed is not None:
-        _restore_process_state(resumed, context, batches, tracker)
-    dev = _dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
-    stop_signal = _StopSignals()
+        resume.restore_process_state(resumed, context, batches, tracker)
+    dev = dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
+    stop_signal = resume.StopSignals()
     nonfinite_in_a_row = skipped = 0
     started = time.monotonic()
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
@@ -215,7 +214,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         ones beyond checkpoint.keep_last are deleted."""
         nonlocal last_saved
         last_saved = time.monotonic()
-        states = _gather_process_states(context, batches)
+        states = resume.gather_process_states(context, batches)
         if not context.is_main:
             return
         payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
@@ -293,7 +292,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             if save_due():
                 save()
             if cfg.valid.every_steps and step % cfg.valid.every_steps == 0 and data.valid is not None:
-                if _validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
+                if validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
                     save()
                     log.info(f"early stopping at update {step}: no better {cfg.valid.metric} in {cfg.valid.patience} validations")
                     break
@@ -328,95 +327,6 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision not in ("fp32", "bf16", "fp16"):
         raise TranslateError(f"train.precision={precision!r}: choose from auto, fp32, bf16, fp16")
     return precision
-
-
-class _StopSignals:
-    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) ask for a save and a clean
-    exit at the next update; the previous handlers come back afterwards."""
-
-    def __init__(self):
-        self.received: Optional[int] = None
-        self.previous: Dict[int, object] = {}
-        try:
-            for number in (signal.SIGTERM, signal.SIGUSR1):
-                self.previous[number] = signal.signal(number, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self.previous = {}
-
-    @property
-    def name(self) -> Optional[str]:
-        return signal.Signals(self.received).name if self.received else None
-
-    def _handle(self, number, frame) -> None:
-        self.received = number
-
-    def restore(self) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
-        self.previous = {}
-
-
-def _process_state(batches: BatchStream) -> Dict:
-    state = {"torch": torch.get_rng_state(), "batches": batches.state_dict()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _gather_process_states(context: distributed.Context, batches: BatchStream) -> List[Dict]:
-    """Every process's random state and data position (for an exact resume), on rank 0."""
-    state = _process_state(batches)
-    if not context.distributed:
-        return [state]
-    states: List = [None] * context.world_size
-    torch.distributed.all_gather_object(states, state)
-    return states
-
-
-def _restore_process_state(payload: Dict, context: distributed.Context, batches: BatchStream, tracker: Tracker) -> None:
-    states = payload.get("processes")
-    if states is None or len(states) != context.world_size:
-        log.warning("the checkpoint was written by another number of processes: data order and random state restart")
-        return
-    state = states[context.rank]
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-    batches.load_state_dict(state["batches"])
-    tracker.load_state_dict(payload.get("valid", {}))
-
-
-def _dev_sentences(cfg: TranslateConfig):
-    from translate.data.loading import load_corpus
-
-    sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
-    return sources[: cfg.valid.bleu_sentences], references[: cfg.valid.bleu_sentences]
-
-
-def _validate(cfg, context, model, data, vocabulary, tracker: Tracker, dev, writer, step: int, run_dir: Path) -> bool:
-    """Validate on rank 0, keep checkpoint_best.pt; returns whether to stop early (agreed by all)."""
-    stop = False
-    if context.is_main:
-        metrics = dev_loss(model, data.valid, cfg.train.tokens_per_batch, context.device, cfg.train.label_smoothing)
-        if dev is not None:
-            metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
-            writer.add_text("dev/translations", "\n\n".join(
-                f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in list(zip(dev[0], hypotheses, dev[1]))[:5]), step)
-        for name, value in metrics.items():
-            writer.add_scalar(f"dev/{name}", value, step)
-        if cfg.valid.metric not in metrics:
-            raise TranslateError(f"valid.metric={cfg.valid.metric} needs valid.bleu_sentences > 0" if cfg.valid.metric == "bleu"
-                                 else f"valid.metric={cfg.valid.metric!r}: choose loss or bleu")
-        improved = tracker.update(metrics[cfg.valid.metric])
-        text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-        log.info(f"update {step}: dev {text}" + (" (best)" if improved else f" (best {tracker.best:.3f})"))
-        if improved:
-            weights = {"model": checkpoint.plain_state_dict(model), "model_config": asdict(model.cfg),
-                       "vocabulary": vocabulary.model_bytes, "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
-                       "step": step, "dev": metrics}
-            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, weights)
-        stop = bool(cfg.valid.patience) and tracker.since_best >= cfg.valid.patience
-    return distributed.any_true(stop, context)
 
 
 @dataclass

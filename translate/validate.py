@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+
+from dataclasses import asdict
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from translate import checkpoint, distributed, paths
+from translate.config import TranslateConfig
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import PAD, Vocabulary
+from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
+
+log = logging.getLogger("translate.train")
 
 
 @torch.no_grad()
@@ -64,3 +73,36 @@ class Tracker:
     def load_state_dict(self, state: dict) -> None:
         if state.get("metric") == self.metric:
             self.best, self.since_best = state["best"], state["since_best"]
+
+
+def dev_sentences(cfg: TranslateConfig):
+    from translate.data.loading import load_corpus
+
+    sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
+    return sources[: cfg.valid.bleu_sentences], references[: cfg.valid.bleu_sentences]
+
+
+def validate(cfg, context, model, data, vocabulary, tracker: Tracker, dev, writer, step: int, run_dir: Path) -> bool:
+    """Validate on rank 0, keep checkpoint_best.pt; returns whether to stop early (agreed by all)."""
+    stop = False
+    if context.is_main:
+        metrics = dev_loss(model, data.valid, cfg.train.tokens_per_batch, context.device, cfg.train.label_smoothing)
+        if dev is not None:
+            metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
+            writer.add_text("dev/translations", "\n\n".join(
+                f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in list(zip(dev[0], hypotheses, dev[1]))[:5]), step)
+        for name, value in metrics.items():
+            writer.add_scalar(f"dev/{name}", value, step)
+        if cfg.valid.metric not in metrics:
+            raise TranslateError(f"valid.metric={cfg.valid.metric} needs valid.bleu_sentences > 0" if cfg.valid.metric == "bleu"
+                                 else f"valid.metric={cfg.valid.metric!r}: choose loss or bleu")
+        improved = tracker.update(metrics[cfg.valid.metric])
+        text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+        log.info(f"update {step}: dev {text}" + (" (best)" if improved else f" (best {tracker.best:.3f})"))
+        if improved:
+            weights = {"model": checkpoint.plain_state_dict(model), "model_config": asdict(model.cfg),
+                       "vocabulary": vocabulary.model_bytes, "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
+                       "step": step, "dev": metrics}
+            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, weights)
+        stop = bool(cfg.valid.patience) and tracker.since_best >= cfg.valid.patience
+    return distributed.any_true(stop, context)
