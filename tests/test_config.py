@@ -32,6 +32,7 @@ def test_tiny_preset_is_the_scaled_down_recipe(compose):
     assert (cfg.model.layers, cfg.model.d_model, cfg.model.d_ff, cfg.model.heads) == (3, 256, 1024, 4)
     assert cfg.data.vocab_size == 8000 and cfg.train.tokens_per_batch == 4096
     assert cfg.data.src_lang == "en" and cfg.data.tgt_lang == "de"
+    assert (cfg.checkpoint.every_steps, cfg.checkpoint.average_last) == (200, 3)
 
 
 def test_run_dir_is_derived_from_preset_and_data():

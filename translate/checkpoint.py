@@ -130,6 +130,8 @@ def for_decoding(cfg: TranslateConfig) -> Path:
     path = paths.checkpoint(cfg)
     if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
         sources = numbered(path.parent)
+        if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
+            return path.parent / paths.LAST_CHECKPOINT
         stale = not path.is_file() or (sources and sources[-1].stat().st_mtime > path.stat().st_mtime)
         if stale and sources:
             average_last(path.parent, cfg.checkpoint.average_last)
