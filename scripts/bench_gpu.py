@@ -1,34 +1,44 @@
 #!/usr/bin/env python
-"""GPU training throughput of base and big (bf16, 25k-token batches of synthetic tokens):
-one JSON line per measurement. Needs only torch: it drives translate.model and the loss
-directly (no Hydra, datasets or sentencepiece), so it runs on a bare GPU machine with
-PYTHONPATH pointing at this repository.
+"""GPU training throughput of base and big (bf16, synthetic tokens): one JSON line per measurement.
 
-Prints target tokens/s, MFU against the measured bf16 matrix-product peak, peak memory, and
-the projected wall time of the paper's schedule (100K updates for base, 300K for big, 25k
-target tokens each) on 8 such GPUs.
+Needs only torch (and numpy, sentencepiece): it drives translate.train.train_step, the
+optimizer and the schedule directly, without Hydra or datasets, so it runs on a bare GPU
+machine with PYTHONPATH pointing at this repository.
 
-    PYTHONPATH=. python scripts/bench_gpu.py                     # about 4 minutes on one H200
-    PYTHONPATH=. python scripts/bench_gpu.py --device cpu --models tiny --steps 2 --warmup 1 --tokens 2000
+For each model and batch size it prints target tokens/s, MFU against the bf16 matrix-product
+peak (both the datasheet's, --spec-tflops, and the one measured here), peak memory, and the
+projected wall time of the paper's schedule (100K updates for base, 300K for big, 25k target
+tokens each): on one such GPU at 25k-token batches, and on 8 such GPUs at the per-GPU share of
+an update (25000 / 8 tokens), assuming all-reduce is hidden behind the backward pass.
+
+    PYTHONPATH=. python scripts/bench_gpu.py                     # about 3 minutes on one H200
+    PYTHONPATH=. python scripts/bench_gpu.py --device cpu --models tiny --tokens 2000 --steps 2 --warmup 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from translate import flops  # noqa: E402
-from translate.config import ModelConfig  # noqa: E402
-from translate.loss import label_smoothed_nll  # noqa: E402
+from translate.distributed import Context  # noqa: E402
+from translate.config import ModelConfig, OptimConfig  # noqa: E402
+from translate.data.batching import Batch  # noqa: E402
+from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.model import Transformer  # noqa: E402
+from translate.optim import build_optimizer  # noqa: E402
+from translate.train import train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),
@@ -36,6 +46,7 @@ SIZES = {
     "big": ModelConfig(d_model=1024, d_ff=4096, heads=16, layers=6, dropout=0.3),
 }
 PAPER_STEPS = {"tiny": 0, "base": 100_000, "big": 300_000}
+PAPER_TOKENS_PER_UPDATE = 25_000
 
 
 def emit(**record) -> None:
@@ -47,68 +58,107 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def synthetic_batch(tokens: int, mean_length: int, vocab: int, rng: np.random.Generator) -> Batch:
+    """One length bucket of sentence pairs, as token_batches makes them: every sentence 1-3
+    tokens shorter than the bucket's length, itself drawn from [mean/2, 3 mean/2]; about
+    `tokens` padded tokens per side."""
+    width = int(rng.integers(mean_length // 2, 3 * mean_length // 2 + 1)) + 1  # + EOS
+    rows = max(1, tokens // width)
+    lengths = rng.integers(max(1, width - 3), width, size=rows)
+    src = torch.full((rows, width), PAD, dtype=torch.long)
+    tgt_in, tgt_out = src.clone(), src.clone()
+    for row, n in enumerate(lengths.tolist()):
+        words = torch.from_numpy(rng.integers(4, vocab, size=n))
+        src[row, :n], src[row, n] = words, EOS
+        tgt_in[row, 0], tgt_in[row, 1 : n + 1] = BOS, words
+        tgt_out[row, :n], tgt_out[row, n] = words, EOS
+    return Batch(src, tgt_in, tgt_out, np.arange(rows))
+
+
+def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks) -> None:
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    model = Transformer(cfg, pad_id=PAD).to(device)
+    optimizer, scheduler = build_optimizer(model, OptimConfig(), cfg.d_model)
+    step_model = torch.compile(model, dynamic=True) if args.compile else model
+    batches = [synthetic_batch(tokens, args.length, cfg.vocab_size, rng) for _ in range(8)]
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def update(i: int) -> None:  # as translate.train's loop, one micro-batch per update
+        train_step(step_model, [batches[i % len(batches)]], 0.1, Context(device=device), autocast)
+        float(nn.utils.clip_grad_norm_(model.parameters(), math.inf))  # the loop checks it is finite
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    started = time.perf_counter()
+    for i in range(args.warmup):
+        update(i)
+    synchronize(device)
+    warmup_seconds = time.perf_counter() - started
+    start = time.perf_counter()
+    for i in range(args.steps):
+        update(i)
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    target = sum(batches[i % len(batches)].target_tokens for i in range(args.steps))
+    real = sum(batches[i % len(batches)].real_tokens for i in range(args.steps))
+    padded = sum(batches[i % len(batches)].padded_tokens for i in range(args.steps))
+    rate = target / seconds
+    rows = sum(len(batches[i % len(batches)].indices) for i in range(args.steps))
+    per_token = flops.flops_per_target_token(cfg, target / rows, target / rows)  # source as long as target
+    hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
+    record = dict(
+        measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile,
+        parameters=model.num_parameters(), tokens_per_batch=tokens, target_tokens_per_batch=round(target / args.steps),
+        padding=round(1 - real / padded, 3), steps=args.steps, warmup_s=round(warmup_seconds, 1),
+        target_tokens_per_s=round(rate), gflop_per_target_token=round(per_token / 1e9, 3),
+        mfu_measured_peak=round(rate * per_token / peaks["measured"], 3),
+        peak_memory_gb=round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
+    )
+    if "spec" in peaks:
+        record["mfu_spec_peak"] = round(rate * per_token / peaks["spec"], 3)
+    if PAPER_STEPS[name]:
+        if tokens >= PAPER_TOKENS_PER_UPDATE:  # one GPU does the whole update
+            record["projected_paper_hours_on_1"] = round(PAPER_STEPS[name] * hours_per_update, 1)
+        else:  # the per-GPU share of an update shared by 25000 / tokens GPUs
+            gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
+            record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
+    emit(**record)
+    del model, optimizer, step_model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["base", "big"], choices=list(SIZES))
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tokens", type=int, default=25000, help="target tokens per batch (and source tokens)")
-    parser.add_argument("--length", type=int, default=32, help="sentence length in tokens (source and target)")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[25000, 3125],
+                        help="padded tokens per batch and side: the paper's update on one GPU, its share on 8")
+    parser.add_argument("--length", type=int, default=28, help="mean sentence length in tokens")
     parser.add_argument("--vocab", type=int, default=37000)
-    parser.add_argument("--steps", type=int, default=40, help="timed updates per model")
-    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=100, help="timed updates per measurement")
+    parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (train.compile=true)")
+    parser.add_argument("--spec-tflops", type=float, default=989.0, help="datasheet dense peak (H100/H200 SXM bf16)")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
-    peak = flops.matmul_peak(device, dtype if device.type == "cuda" else torch.float32, seconds=2.0)
-    emit(measurement="matmul_peak", device=str(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
-         dtype=args.precision, tflops=round(peak / 1e12, 1))
-
+    peaks = {"measured": flops.matmul_peak(device, dtype if device.type == "cuda" else torch.float32, seconds=2.0)}
+    if device.type == "cuda" and args.precision == "bf16":
+        peaks["spec"] = args.spec_tflops * 1e12
+    emit(measurement="matmul_peak", device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+         torch=torch.__version__, dtype=args.precision, tflops=round(peaks["measured"] / 1e12, 1),
+         spec_tflops=args.spec_tflops if "spec" in peaks else None)
     for name in args.models:
-        cfg = replace(SIZES[name], vocab_size=args.vocab)
-        torch.manual_seed(0)
-        model = Transformer(cfg).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        step_model = torch.compile(model) if args.compile else model
-        sentences = max(1, args.tokens // args.length)
-        src = torch.randint(4, args.vocab, (sentences, args.length), device=device)
-        tgt = torch.randint(4, args.vocab, (sentences, args.length + 1), device=device)
-        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
-        real = torch.ones_like(tgt_out, dtype=torch.bool)
-        target_tokens = int(real.sum())
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-
-        def update() -> None:
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                logits = step_model(src, tgt_in, real)
-                loss, _ = label_smoothed_nll(logits, tgt_out[real], 0.1)
-            (loss / target_tokens).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        for _ in range(args.warmup):
-            update()
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            update()
-        synchronize(device)
-        seconds = time.perf_counter() - start
-        rate = target_tokens * args.steps / seconds
-        per_token = flops.flops_per_target_token(cfg, args.length + 1, args.length + 1)
-        per_update_8 = 25000 / 8 / rate  # seconds for one paper update shared by 8 such GPUs
-        memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-        emit(measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile,
-             parameters=model.num_parameters(), target_tokens_per_batch=target_tokens,
-             target_tokens_per_s=round(rate), mfu=round(rate * per_token / peak, 3),
-             gflop_per_target_token=round(per_token / 1e9, 3), peak_memory_gb=memory and round(memory, 1),
-             projected_paper_hours_on_8=round(PAPER_STEPS[name] * per_update_8 / 3600, 2))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        for tokens in args.tokens:
+            measure(name, replace(SIZES[name], vocab_size=args.vocab), tokens, args, device, dtype, peaks)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def flops_per_target_token(cfg: ModelConfig, src_len: float, tgt_len: float) -> 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 1.0) -> float:
     """Measured FLOP/s of a large square matrix product on this device and dtype."""
-    n = 4096 if device.type == "cuda" else 2048
+    n = 8192 if device.type == "cuda" else 2048
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b

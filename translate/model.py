@@ -266,11 +266,16 @@ class Transformer(nn.Module):
         return F.linear(hidden, self.embedding.weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor, select: Optional[Tensor] = None) -> Tensor:
-        """(B, S), (B, T) -> logits (B, T, V); with select (B, T) bool, logits (N, V) at its
-        N True positions only (training: padding costs no vocabulary projection)."""
+        """(B, S), (B, T) -> logits (B, T, V). With select, logits (N, V) at N positions only
+        (training: padding costs no vocabulary projection): a (B, T) bool mask, or (N,) flat
+        positions in (B*T,), which, unlike a mask, do not make a GPU wait to learn N."""
         memory, src_mask = self.encode(src)
         hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
-        return self.logits(hidden if select is None else hidden[select])
+        if select is None:
+            return self.logits(hidden)
+        if select.dtype == torch.bool:
+            return self.logits(hidden[select])
+        return self.logits(hidden.flatten(0, 1).index_select(0, select))  # (N, V)
 
     def start_state(self, src: Tensor) -> DecoderState:
         """Encode the source and set up empty caches for step()."""

@@ -89,21 +89,23 @@ def train_step(
     # DDP averages gradients over processes; multiplying by world_size turns that into the sum.
     scale = context.world_size / global_tokens
     stats = StepStats(target_tokens=local_tokens)
+    sums = []  # (2,) loss and NLL per micro-batch, read once at the end: one device sync per update
     for i, batch in enumerate(batches):
+        select, target = batch.real_targets()  # (N,) each, found on the host
+        stats.padded_tokens += batch.padded_tokens
+        stats.real_tokens += batch.real_tokens
         batch = batch.to(context.device)
+        select, target = select.to(context.device, non_blocking=True), target.to(context.device, non_blocking=True)
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             with autocast or contextlib.nullcontext():
-                real = batch.tgt_out != PAD  # (B, T)
-                logits = model(batch.src, batch.tgt_in, real)  # (N, V): real positions only
-                loss, nll = label_smoothed_nll(logits, batch.tgt_out[real], label_smoothing)
+                logits = model(batch.src, batch.tgt_in, select)  # (N, V): real positions only
+                loss, nll = label_smoothed_nll(logits, target, label_smoothing)
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        stats.loss += loss.item()
-        stats.nll += nll.item()
-        stats.padded_tokens += batch.padded_tokens
-        stats.real_tokens += batch.real_tokens
+        sums.append(torch.stack([loss.detach(), nll.detach()]))
+    stats.loss, stats.nll = torch.stack(sums).sum(0).tolist()
     return stats
 
 

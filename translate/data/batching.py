@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -26,6 +26,13 @@ class Batch:
             return self
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.indices)
+
+    def real_targets(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Flat positions (N,) of the real target tokens in tgt_out viewed as (B*T,), and those
+        tokens (N,). Called on the host before .to(device), so that the device never has to
+        stop to tell how many there are (boolean indexing there would wait for it)."""
+        real = self.tgt_out != PAD  # (B, T)
+        return real.flatten().nonzero().squeeze(1), self.tgt_out[real]
 
     @property
     def target_tokens(self) -> int:
