@@ -346,3 +346,37 @@ def test_expanded_state_equals_copied_rows():
                 shared, copied = shared.reorder(index), copied.reorder(index)
                 tokens = tokens[index]
         assert shared.memory.size(0) == 2 and copied.memory.size(0) == 8
+
+
+def test_padded_vocabulary_equals_unpadded_and_never_predicts_padding():
+    """vocab_multiple pads the embedding's rows (an aligned projection width) without changing
+    the model: same logits as the unpadded model, V columns, no gradient into padding rows."""
+    V_odd = 37
+    padded_cfg = ModelConfig(d_model=D, d_ff=FF, heads=H, layers=N, dropout=0.0, vocab_size=V_odd, vocab_multiple=8)
+    plain_cfg = ModelConfig(d_model=D, d_ff=FF, heads=H, layers=N, dropout=0.0, vocab_size=V_odd, vocab_multiple=1)
+    torch.manual_seed(0)
+    padded = Transformer(padded_cfg)
+    plain = Transformer(plain_cfg)
+    assert padded.embedding.weight.shape == (40, D) and plain.embedding.weight.shape == (V_odd, D)
+    state = padded.state_dict()
+    state["embedding.weight"] = state["embedding.weight"][:V_odd]
+    plain.load_state_dict(state)
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, V_odd, (3, 6), generator=g)
+    tgt = torch.randint(4, V_odd, (3, 5), generator=g)
+    logits = padded(src, tgt)
+    assert logits.shape == (3, 5, V_odd)
+    torch.testing.assert_close(logits, plain(src, tgt), atol=ATOL, rtol=0)
+    logits.logsumexp(-1).sum().backward()
+    grad = padded.embedding.weight.grad
+    assert grad[V_odd:].abs().max() == 0 and grad[:V_odd].abs().max() > 0
+    with torch.no_grad():
+        state_ = padded.start_state(src)
+        assert padded.step(tgt[:, 0], state_).shape == (3, V_odd)
+
+
+def test_checkpoints_from_before_padding_load_unpadded():
+    from translate import checkpoint
+
+    cfg = checkpoint.model_config({"model_config": {"d_model": D, "d_ff": FF, "heads": H, "layers": N, "vocab_size": 37}})
+    assert cfg.vocab_multiple == 1 and cfg.padded_vocab_size == 37

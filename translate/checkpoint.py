@@ -67,7 +67,9 @@ def load(path: Path) -> Dict[str, Any]:
 
 def model_config(payload: Dict[str, Any]) -> ModelConfig:
     names = {f.name for f in fields(ModelConfig)}
-    return ModelConfig(**{k: v for k, v in payload["model_config"].items() if k in names})
+    saved = {k: v for k, v in payload["model_config"].items() if k in names}
+    saved.setdefault("vocab_multiple", 1)  # checkpoints from before vocabulary padding have none
+    return ModelConfig(**saved)
 
 
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:

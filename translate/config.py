@@ -21,10 +21,20 @@ class ModelConfig:
     layers: int = 6  # encoder layers and decoder layers (N)
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums
     vocab_size: int = 0  # set from the sentencepiece model at training time
+    # The shared embedding gets rows up to a multiple of this (never looked up or predicted):
+    # the vocabulary projection's output width then suits tensor cores. 1: no padding.
+    vocab_multiple: int = 8
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.vocab_multiple < 1:
+            raise ValueError(f"vocab_multiple ({self.vocab_multiple}) must be at least 1")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding matrix: vocab_size rounded up to a multiple of vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
 
 @dataclass

@@ -96,7 +96,7 @@ def _write_ctranslate2(translator, folder: Path) -> None:
     spec = specs.TransformerSpec.from_config(
         cfg.layers, cfg.heads, pre_norm=False, activation=specs.Activation.RELU
     )
-    embedding = weights["embedding.weight"]  # (V, D), shared by both inputs and the output
+    embedding = weights["embedding.weight"][: cfg.vocab_size]  # (V, D) without padding rows, shared by inputs and output
     positions = PositionalEncoding(cfg.d_model, max_len=POSITIONS).table.numpy()  # interleaved sin/cos
     for stack in (spec.encoder, spec.decoder):
         stack.scale_embeddings = True  # sqrt(d_model) * E[x] + PE, as Transformer.embed

@@ -220,7 +220,7 @@ class Transformer(nn.Module):
             raise ValueError(f"vocab_size ({cfg.vocab_size}) must be positive")
         self.cfg = cfg
         self.pad_id = pad_id
-        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embedding = nn.Embedding(cfg.padded_vocab_size, cfg.d_model)  # rows past vocab_size: padding
         self.positional_encoding = PositionalEncoding(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.layers)])
@@ -262,8 +262,13 @@ class Transformer(nn.Module):
         return x
 
     def logits(self, hidden: Tensor) -> Tensor:
-        """Pre-softmax projection with the shared embedding: (..., D) -> (..., V)."""
-        return F.linear(hidden, self.embedding.weight)
+        """Pre-softmax projection with the shared embedding: (..., D) -> (..., V).
+
+        The product runs over the padded rows too (an aligned output width); the padding
+        columns are cut off, so they are never predicted and get no gradient."""
+        logits = F.linear(hidden, self.embedding.weight)  # (..., padded V)
+        V = self.cfg.vocab_size
+        return logits if logits.size(-1) == V else logits[..., :V]
 
     def forward(self, src: Tensor, tgt_in: Tensor, select: Optional[Tensor] = None) -> Tensor:
         """(B, S), (B, T) -> logits (B, T, V). With select, logits (N, V) at N positions only
