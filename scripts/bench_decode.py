@@ -48,7 +48,7 @@ class PrefixState:
     src_mask: torch.Tensor  # (B, 1, 1, S)
     prefix: torch.Tensor  # (B, t)
 
-    def reorder(self, index: torch.Tensor) -> "PrefixState":
+    def reorder(self, index: torch.Tensor, group=None) -> "PrefixState":
         return PrefixState(self.memory.index_select(0, index), self.src_mask.index_select(0, index), self.prefix.index_select(0, index))
 
 
@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=str(ROOT / "runs/tiny-multi30k_en_de/checkpoint_last.pt"))
     parser.add_argument("--config", default="tiny", help="preset whose data and decode settings are used")
     parser.add_argument("--split", default="test")
+    parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. a test set: "
+                        "data=wmt14_en_de data.path=../shared/data/wmt14-mini")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     parser.add_argument("--plain-limit", type=int, default=200, help="sentences for the slow plain decoder")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -114,7 +116,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
 
-    cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}"])
+    cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}", *args.override])
     sources, references = load_corpus(cfg.data, args.split).pairs()
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
@@ -133,7 +135,8 @@ def main() -> None:
         subset_plain = measure("plain_subset", lambda s: plain.translate(s, **options), sources[:n], references[:n], tokenizer=encode)
         emit(measurement="decode_speedup_over_plain", sentences=n,
              ratio=round(subset_ours["sentences_per_s"] / subset_plain["sentences_per_s"], 2),
-             same_bleu=subset_ours["bleu"] == subset_plain["bleu"])
+             same_bleu=subset_ours["bleu"] == subset_plain["bleu"],
+             output_tokens_per_sentence=round(subset_ours["target_tokens_per_s"] / subset_ours["sentences_per_s"], 1))
 
     if "ctranslate2" not in args.skip:
         from translate.export import ctranslate2_translate, export

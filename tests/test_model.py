@@ -324,18 +324,22 @@ def test_bad_head_count_is_refused():
     assert "500" in str(error.value) and "8" in str(error.value)
 
 
-def test_expanded_state_equals_copied_rows():
-    """expand(G) (hypotheses share their sentence's encoder output) gives the same log-probs,
-    step after step and across a beam-style reorder, as copying every row G times."""
+def test_grouped_state_equals_copied_rows():
+    """reorder(index, group=G) (hypotheses share their sentence's encoder output), after a
+    first step on one row per sentence as beam search does, gives the same log-probs step
+    after step and across a beam-style reorder as copying every row G times up front."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0, vocab_size=40)).eval()
     src = torch.randint(4, 40, (3, 6))
     src[1, 4:] = 0
     G = 4
     with torch.no_grad():
-        shared = model.start_state(src).expand(G)
+        shared = model.start_state(src)
+        first = model.step(torch.full((3,), 2), shared)  # (3, V): one row per sentence
+        shared = shared.reorder(torch.arange(3).repeat_interleave(G), G)
         copied = model.start_state(src).reorder(torch.arange(3).repeat_interleave(G))
-        tokens = torch.full((3 * G,), 2)
+        torch.testing.assert_close(first.repeat_interleave(G, 0), model.step(torch.full((3 * G,), 2), copied), atol=1e-5, rtol=1e-5)
+        tokens = torch.arange(3 * G) % 7 + 4
         for step in range(4):
             a, b = model.step(tokens, shared), model.step(tokens, copied)
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

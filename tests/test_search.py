@@ -32,7 +32,7 @@ class TableState:
         self.sentence = sentence  # (N,)
         self.prefix = prefix  # (N, t)
 
-    def reorder(self, index: torch.Tensor) -> "TableState":
+    def reorder(self, index: torch.Tensor, group=None) -> "TableState":
         return TableState(self.sentence.index_select(0, index), self.prefix.index_select(0, index))
 
 

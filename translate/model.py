@@ -185,29 +185,25 @@ class DecoderState:
 
     group: int = 1  # hypotheses (rows) per source sentence; memory has one row per sentence
 
-    def expand(self, group: int) -> "DecoderState":
-        """`group` hypotheses per sentence (beam search), sharing the sentence's encoder output."""
-        if self.group != 1 or any(c.self_k is not None for c in self.layers):
-            raise ValueError("expand() applies to a fresh state only")
-        layers = [LayerCache(cross_k=c.cross_k, cross_v=c.cross_v, group=group) for c in self.layers]
-        return DecoderState(self.memory, self.src_mask, layers, self.length, group)
-
-    def reorder(self, index: Tensor) -> "DecoderState":
+    def reorder(self, index: Tensor, group: Optional[int] = None) -> "DecoderState":
         """Keep rows `index` (B',) of every tensor: beam search's reordering of hypotheses.
 
-        With group G > 1, each consecutive run of G entries of index must come from one
-        sentence (as in beam search), and the per-sentence tensors follow those sentences.
+        `group`: hypotheses (rows) per sentence after this reorder (default: as before); they
+        share their sentence's encoder output instead of copying it. With a group, each
+        consecutive run of `group` entries of index must come from one sentence (as in beam
+        search), and the per-sentence tensors follow those sentences.
         """
+        group = group or self.group
         pick = lambda t, i: None if t is None else t.index_select(0, i)  # noqa: E731
-        sentences = index if self.group == 1 else index.view(-1, self.group)[:, 0] // self.group
-        if self.group > 1 and len(sentences) == len(self.memory):  # no sentence left: nothing to move
+        sentences = index if group == 1 else index.view(-1, group)[:, 0] // self.group  # (B' / group,)
+        if group > 1 and len(sentences) == len(self.memory):  # no sentence left: nothing to move
             sentences = None
         per_sentence = (lambda t: t) if sentences is None else (lambda t: pick(t, sentences))  # noqa: E731
         layers = [
-            LayerCache(pick(c.self_k, index), pick(c.self_v, index), per_sentence(c.cross_k), per_sentence(c.cross_v), c.group)
+            LayerCache(pick(c.self_k, index), pick(c.self_v, index), per_sentence(c.cross_k), per_sentence(c.cross_v), group)
             for c in self.layers
         ]
-        return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, self.group)
+        return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, group)
 
 
 class Transformer(nn.Module):

@@ -1,7 +1,7 @@
 """Greedy search, beam search (paper, section 6.1) and sampling over any incremental step function.
 
 The search needs only `step(last_tokens (N,), state) -> log-probs (N, V)` and
-`state.reorder(index (N',)) -> state`, so tests can drive it with hand-set probability
+`state.reorder(index (N',), group) -> state`, so tests can drive it with hand-set probability
 tables and the model drives it with its cached decoder step.
 """
 
@@ -15,7 +15,10 @@ from torch import Tensor
 
 
 class SearchState(Protocol):
-    def reorder(self, index: Tensor) -> "SearchState": ...
+    def reorder(self, index: Tensor, group: int | None = None) -> "SearchState":
+        """Rows `index`; `group`: rows per sentence from now on (a state may share a
+        sentence's tensors among them), or None for as before."""
+        ...
 
 
 StepFunction = Callable[[Tensor, SearchState], Tensor]
@@ -56,19 +59,21 @@ def beam_search(
     device = _device_of(state)
     active = torch.arange(len(max_lengths), device=device)  # (B,) sentence of each live row group
     limit = torch.tensor(list(max_lengths), device=device)  # (B,)
-    # K rows per sentence; a state that can share per-sentence tensors among them says so.
-    state = state.expand(K) if hasattr(state, "expand") else state.reorder(active.repeat_interleave(K))
-    scores = torch.full((len(active), K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
-    history = torch.full((len(active) * K, 0), bos, dtype=torch.long, device=device)  # (B*K, t)
-    last = torch.full((len(active) * K,), bos, dtype=torch.long, device=device)
+    # R rows (hypotheses) per sentence: the first step has one live hypothesis per sentence,
+    # so it runs on one row each; every later step on K.
+    R = 1
+    scores = torch.zeros(len(active), 1, device=device)  # (B, R)
+    history = torch.full((len(active), 0), bos, dtype=torch.long, device=device)  # (B*R, t)
+    last = torch.full((len(active),), bos, dtype=torch.long, device=device)  # (B*R,)
     finished: List[List[Hypothesis]] = [[] for _ in max_lengths]
 
     for t in range(int(limit.max())):
         B = len(active)
-        log_probs = step(last, state)  # (B*K, V)
+        log_probs = step(last, state)  # (B*R, V)
         V = log_probs.size(-1)
-        candidates = log_probs.view(B, K, V) + scores[:, :, None]  # (B, K, V), a fresh tensor
+        if V < 2 * K:
+            raise ValueError(f"beam search needs at least 2 x beam_size ({2 * K}) tokens, not {V}")
+        candidates = log_probs.view(B, R, V) + scores[:, :, None]  # (B, R, V), a fresh tensor
         if banned:
             candidates[:, :, list(banned)] = float("-inf")
         at_limit = limit <= t + 1  # (B,) only EOS may follow
@@ -76,10 +81,10 @@ def beam_search(
             eos_column = candidates[at_limit, :, eos].clone()
             candidates[at_limit] = float("-inf")
             candidates[at_limit, :, eos] = eos_column
-        candidates = candidates.view(B, K * V)
+        candidates = candidates.view(B, R * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B, 2K)
         top_beam, top_token = top_index // V, top_index % V  # (B, 2K)
-        row_offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1)
+        row_offsets = (torch.arange(B, device=device) * R)[:, None]  # (B, 1)
 
         # Finish EOS continuations that rank among the top K.
         is_eos = top_token == eos
@@ -103,8 +108,8 @@ def beam_search(
         origin = (row_offsets[live] + top_beam[live].gather(1, keep)).view(-1)  # (B'*K,) rows extended
         last = top_token[live].gather(1, keep).view(-1)  # (B'*K,)
         history = torch.cat([history.index_select(0, origin), last[:, None]], dim=1)
-        state = state.reorder(origin)
-        active, limit = active[live], limit[live]
+        state = state.reorder(origin, K if R != K else None)
+        active, limit, R = active[live], limit[live], K
 
     for hypotheses in finished:
         hypotheses.sort(key=lambda h: h.score, reverse=True)
