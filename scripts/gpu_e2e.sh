@@ -1,0 +1,31 @@
+#!/bin/bash
+# End-to-end check of the CLI on a GPU machine without Hydra or datasets installed:
+# translate train (bf16, eager, then train.compile=true), decode (beam 4) and bleu, on
+# Multi30k exported to plain text. Prepared for the device tool; not yet run on a GPU.
+#
+# Here (once):  echo /.whl/ >> .git/info/exclude; echo /.devdata/ >> .git/info/exclude
+#   .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform any -d .whl hydra-core==1.3.8 omegaconf==2.3.1 sacremoses==0.2.0
+#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+#   bash scripts/gpu_e2e.sh --export .devdata        # Multi30k (../shared/data) as text files
+# There (carry .whl and .devdata):
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site:$PWD bash scripts/gpu_e2e.sh .devdata base 2.0 1.5 $OUT
+set -o pipefail
+if [ "$1" = "--export" ]; then
+    mkdir -p "$2" && .venv/bin/python - "$2" <<'PY'
+import sys, datasets
+for split, name in [("train", "train"), ("validation", "valid"), ("test", "test")]:
+    rows = datasets.load_dataset("../shared/data/multi30k", "de-en", split=split)["translation"]
+    for lang in ("en", "de"):
+        open(f"{sys.argv[1]}/{name}.{lang}", "w").write("\n".join(r[lang] for r in rows) + "\n")
+PY
+    exit
+fi
+DATA=$1; CONFIG=$2; MINUTES=$3; COMPILE_MINUTES=$4; OUTD=$5; shift 5
+export PYTHONUNBUFFERED=1
+COMMON="config=$CONFIG data=text data.train=$DATA/train data.valid=$DATA/valid data.test=$DATA/test data.vocab_size=8000 data.cache_dir=/tmp/cache optim.warmup_steps=400 $*"
+python3 -m translate train $COMMON run_dir=/tmp/run train.max_minutes=$MINUTES 2>&1 | grep -v Warning | tail -25 | tee $OUTD/train.log
+python3 -m translate decode $COMMON run_dir=/tmp/run 2>&1 | tail -4 | tee $OUTD/decode.log
+python3 -m translate bleu $COMMON run_dir=/tmp/run 2>&1 | tail -8 | tee $OUTD/bleu.log
+python3 -m translate train $COMMON run_dir=/tmp/run_compiled train.compile=true train.max_minutes=$COMPILE_MINUTES 2>&1 | grep -v Warning | tail -12 | tee $OUTD/train_compiled.log
