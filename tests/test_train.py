@@ -10,7 +10,7 @@ from translate.data.batching import collate, token_batches
 from translate.data.cache import prepare
 from translate.model import Transformer
 from translate.optim import build_optimizer
-from translate.train import accumulation_steps, train, train_step
+from translate.train import batch_plan, train, train_step
 
 
 @pytest.fixture
@@ -70,11 +70,13 @@ def test_accumulation_gives_the_gradient_of_one_large_batch(small_data):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_accumulation_steps_keep_the_update_size():
-    assert accumulation_steps(25000, 25000, 1) == 1
-    assert accumulation_steps(25000, 3125, 1) == 8
-    assert accumulation_steps(25000, 3125, 8) == 1
-    assert accumulation_steps(4096, 4096) == 1
+def test_batch_plan_keeps_the_update_size():
+    assert batch_plan(25000, 25000, 1) == (25000, 1)
+    assert batch_plan(25000, 25000, 8) == (3125, 1)  # the paper's update on 8 GPUs, not 8 x 25k
+    assert batch_plan(25000, 3125, 1) == (3125, 8)
+    assert batch_plan(25000, 3125, 8) == (3125, 1)
+    assert batch_plan(25000, 4096, 2) == (4096, 4)  # 32k: the nearest whole number of batches above
+    assert batch_plan(4096, 4096) == (4096, 1)
 
 
 def test_max_steps_writes_a_self_describing_checkpoint(compose):

@@ -75,7 +75,7 @@ class TrainConfig:
     """The training loop."""
 
     label_smoothing: float = 0.1  # eps_ls of the label-smoothed cross-entropy
-    tokens_per_batch: int = 25000  # per process: padded source (and target) tokens per micro-batch
+    tokens_per_batch: int = 25000  # per process: padded source (and target) tokens per micro-batch, at most tokens_per_update / processes
     tokens_per_update: int = 25000  # per optimizer update over all processes and accumulation
     max_steps: int = 100000  # stop after this many updates
     max_minutes: Optional[float] = None  # stop after this much wall time (minutes)
