@@ -128,7 +128,6 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
             gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
             record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
     emit(**record)
-    del model, optimizer, step_model
 
 
 def main() -> None:

@@ -34,6 +34,12 @@ def plain_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
+def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: bytes, languages: List[str], step: int) -> Dict[str, Any]:
+    """What decoding needs: weights, model config, sentencepiece model, languages, update."""
+    return {"model": plain_state_dict(model), "model_config": asdict(model_cfg), "vocabulary": vocabulary,
+            "languages": list(languages), "step": step}
+
+
 def save(path: Path, payload: Dict[str, Any]) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over `path`."""
     missing = [key for key in REQUIRED if key not in payload]

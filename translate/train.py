@@ -114,16 +114,9 @@ def train_step(
 
 
 def _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step) -> Dict:
-    return {
-        "model": checkpoint.plain_state_dict(model),
-        "model_config": asdict(model_cfg),
-        "vocabulary": vocabulary.model_bytes,
-        "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "config": asdict(cfg),
-    }
+    payload = checkpoint.weights(model, model_cfg, vocabulary.model_bytes, [cfg.data.src_lang, cfg.data.tgt_lang], step)
+    payload.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), config=asdict(cfg))
+    return payload
 
 
 def train(cfg: TranslateConfig) -> Path:
@@ -228,7 +221,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         if scaler is not None:
             payload["scaler"] = scaler.state_dict()
         checkpoint.save(last_path, payload)
-        weights = {k: payload[k] for k in ("model", "model_config", "vocabulary", "languages", "step")}
+        weights = {k: payload[k] for k in ("model", "model_config", "vocabulary", "languages", "step")}  # for averaging
         checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)
         checkpoint.prune(run_dir, cfg.checkpoint.keep_last)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -100,9 +99,8 @@ def validate(cfg, context, model, data, vocabulary, tracker: Tracker, dev, write
         text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
         log.info(f"update {step}: dev {text}" + (" (best)" if improved else f" (best {tracker.best:.3f})"))
         if improved:
-            weights = {"model": checkpoint.plain_state_dict(model), "model_config": asdict(model.cfg),
-                       "vocabulary": vocabulary.model_bytes, "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
-                       "step": step, "dev": metrics}
-            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, weights)
+            languages = [cfg.data.src_lang, cfg.data.tgt_lang]
+            payload = checkpoint.weights(model, model.cfg, vocabulary.model_bytes, languages, step)
+            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, {**payload, "dev": metrics})
         stop = bool(cfg.valid.patience) and tracker.since_best >= cfg.valid.patience
     return distributed.any_true(stop, context)
