@@ -187,7 +187,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     log.info(f"{per_token / 1e9:.3f} GFLOP per target token; device peak {peak / 1e12:.2f} TFLOP/s ({precision})")
     wrapped = model
     if cfg.train.compile:
-        wrapped = torch.compile(model)
+        wrapped = torch.compile(model, dynamic=True)  # batch shapes vary with the length bucket: no per-shape recompiles
     if context.distributed:
         device_ids = [context.local_rank] if context.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
