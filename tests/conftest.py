@@ -84,3 +84,20 @@ def trained_run(tmp_path_factory) -> List[str]:
     overrides = SMALL + [f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
     run_cli("train", *overrides, check=True)
     return overrides
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_stay_in_pytest_tmp(tmp_path_factory):
+    """torchrun and other subprocesses write temporary folders (torchelastic_*) under TMPDIR:
+    keep them with pytest's own, instead of leaving them in /tmp after every run."""
+    import tempfile
+
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    tempfile.tempdir = None  # recomputed from TMPDIR
+    yield
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous
+    tempfile.tempdir = None
