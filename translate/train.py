@@ -192,7 +192,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     if cfg.train.compile:
         wrapped = torch.compile(model)
     if context.distributed:
-        device_ids = [context.local_rank] if context.device.type == "cuda" else None
+        device_ids = [context.device] if context.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
     writer = _summary_writer(run_dir) if context.is_main else None
     progress = _progress(cfg.train.max_steps, step) if context.is_main else None
