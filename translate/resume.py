@@ -27,7 +27,7 @@ class StopSignals:
             for number in (signal.SIGTERM, signal.SIGUSR1):
                 self.previous[number] = signal.signal(number, self._handle)
         except ValueError:  # not the main thread: leave signals alone
-            self.previous = {}
+            self.restore()
 
     @property
     def name(self) -> Optional[str]:
