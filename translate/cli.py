@@ -2,7 +2,8 @@
 
 Each verb has a primary config in configs/ (train.yaml, decode.yaml, ...); all of them compose
 the same tree (common.yaml), so the verbs agree on run_dir. The verb functions take the typed
-TranslateConfig and know nothing of Hydra.
+TranslateConfig and know nothing of Hydra. (Hydra's submitit launcher, which must live in the
+hydra_plugins package, is hydra_plugins/translate_launcher/.)
 
 Multirun (`-m`): every job of a sweep gets its own run_dir, `<run_dir>/<its swept overrides>`
 (e.g. runs/tiny-multi30k_en_de/optim.lr_scale:2), the same for train, decode and bleu, so that
@@ -16,6 +17,7 @@ import importlib
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -65,7 +67,7 @@ def _if_local(path: Optional[str], name: str) -> Optional[str]:
 
 
 # Hydra overrides that keep a process from writing Hydra's files (.hydra/) and log file: every
-# process but rank 0.
+# process but rank 0 (torchrun; submitit's tasks get them from hydra_plugins/translate_launcher).
 HYDRA_QUIET = ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}"]
 
 
@@ -87,6 +89,12 @@ def _sweep_job() -> str:
     from hydra.core.hydra_config import HydraConfig
 
     return sweep_job_dir(str(HydraConfig.get().job.override_dirname))
+
+
+def quiet_hydra_warnings() -> None:
+    """configs/hydra/launcher/submitit_*.yaml rely on Hydra's automatic schema matching (they
+    take the plugin's typed schema of the same name); Hydra warns that it is deprecated."""
+    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 
 
 def register() -> None:
@@ -237,6 +245,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"translate {verb}: error: {problem}", file=sys.stderr)
         sys.exit(1)
     register()
+    quiet_hydra_warnings()
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name=verb, version_base="1.3")
     def task(cfg: DictConfig) -> None:
