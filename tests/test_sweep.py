@@ -128,3 +128,11 @@ def test_sweep_folders_name_only_the_swept_keys():
     (excluded,) = _sweep_overrides(["-m", "config=tiny", "data.path=/x/y", "optim.lr_scale=1,2", "model=tiny,base",
                                     "hydra/launcher=submitit_local", "run_dir=runs/a"])
     assert excluded == "hydra.job.config.override_dirname.exclude_keys=['config','data.path','run_dir']"
+
+
+def test_added_overrides_stay_beside_the_users():
+    from translate.cli import with_overrides
+
+    assert with_overrides(["-m", "a=1,2", "--cfg", "hydra"], ["x=1"]) == ["-m", "x=1", "a=1,2", "--cfg", "hydra"]
+    assert with_overrides(["--cfg", "job"], ["x=1"]) == ["--cfg", "job", "x=1"]
+    assert with_overrides(["a=1"], []) == ["a=1"]

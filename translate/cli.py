@@ -178,6 +178,16 @@ def _plain_overrides(overrides: List[str]) -> List[str]:
     return [arg for arg in plain if arg not in skip]
 
 
+def with_overrides(arguments: List[str], extra: List[str]) -> List[str]:
+    """The command line's arguments with more key=value overrides, beside the user's own: Hydra's
+    argument parser takes one run of overrides (`-m a=1 --cfg job b=2` fails on b=2)."""
+    plain = _plain_overrides(arguments)
+    if not plain:
+        return arguments + extra
+    first = arguments.index(plain[0])
+    return arguments[:first] + extra + arguments[first:]
+
+
 def _sweep_overrides(overrides: List[str]) -> List[str]:
     """For a multirun: Hydra's override_dirname (hence each job's folder) names only the swept
     keys; the others are the same for every job (and may be long paths). run_dir never counts."""
@@ -259,9 +269,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         if code:
             sys.exit(code)
 
-    overrides = overrides + _sweep_overrides(overrides)
+    extra = _sweep_overrides(overrides)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
-        overrides = overrides + HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
+        extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
+    overrides = with_overrides(overrides, extra)
     # Hydra reads sys.argv; the program name sets the job name (and log file name).
     sys.argv = [f"translate-{verb}"] + overrides
     task()
