@@ -94,3 +94,11 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
     monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
     assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGUSR2]
+
+
+def test_a_launcher_without_multirun_is_one_clear_error():
+    from tests.conftest import run_cli
+    from tests.test_cli import one_line_error
+
+    result = run_cli("train", "hydra/launcher=submitit_slurm", "config=tiny")
+    one_line_error(result, "takes effect in a multirun only", "translate train -m hydra/launcher=submitit_slurm")

@@ -216,6 +216,9 @@ def _check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     if _is_multirun(overrides):
         return None
     plain = _plain_overrides(overrides)
+    launcher = next((arg for arg in plain if arg.startswith("hydra/launcher=")), None)
+    if launcher and not any(arg in ("--cfg", "-c", "--info", "-i") for arg in overrides):
+        return f"{launcher} takes effect in a multirun only: translate {verb} -m {launcher} ..."
     try:
         load_config(verb, plain)
     except TranslateError as error:
