@@ -191,12 +191,12 @@ def test_submitit_ranks_and_rendezvous_from_a_faked_job_environment():
     from translate.distributed import Launch, submitit_launch
 
     two_nodes = FakeJobEnvironment("4312345", 2, 16, 9, 1, ["gpu017", "gpu018"])
-    assert submitit_launch(two_nodes) == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 20000)
-    one_node = FakeJobEnvironment("777", 1, 2, 1, 1, ["vm"])
+    assert submitit_launch(two_nodes) == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 12000)
+    one_node = FakeJobEnvironment("12777", 1, 2, 1, 1, ["vm"])
     assert submitit_launch(one_node) == Launch(1, 2, 1, "127.0.0.1", 20777)
     # Every task of a job agrees on the port, whatever its rank; another job gets another one.
     ports = {submitit_launch(FakeJobEnvironment("4312345_7", 2, 16, r, r % 8, ["a", "b"])).master_port for r in range(16)}
-    assert len(ports) == 1 and 20000 <= ports.pop() < 40000
+    assert len(ports) == 1 and 20000 <= ports.pop() < 32768  # below the ephemeral ports
     assert submitit_launch(FakeJobEnvironment("778", 1, 2, 0, 0, ["vm"])).master_port != 20777
 
 
@@ -211,7 +211,7 @@ def test_submitit_ranks_from_slurm_variables(monkeypatch):
     for name, value in dict(SLURM_JOB_ID="4312345", SLURM_NTASKS="16", SLURM_PROCID="9", SLURM_LOCALID="1",
                             SLURM_NODEID="1", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="gpu[017-018]").items():
         monkeypatch.setenv(name, value)
-    assert _submitit_launch() == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 20000)
+    assert _submitit_launch() == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 12000)
 
 
 def test_without_submitit_or_torchrun_one_process_and_no_submitit_import():

@@ -51,12 +51,14 @@ def submitit_launch(env) -> Launch:
     """Ranks and the rendezvous of a submitit task, from its JobEnvironment.
 
     Every task of a job sees the same job id and node list, so all agree on the address (the
-    first node; the loopback on a single node) and on the port (derived from the job id).
+    first node; the loopback on a single node) and on the port (derived from the job id, so
+    that jobs sharing a node differ; 20000-31999: below Linux's ephemeral ports, from 32768).
+    MASTER_ADDR and MASTER_PORT, where set, win.
     """
     job_id = str(env.raw_job_id)
     number = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
     addr = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
-    return Launch(env.global_rank, env.num_tasks, env.local_rank, addr, 20000 + number % 20000)
+    return Launch(env.global_rank, env.num_tasks, env.local_rank, addr, 20000 + number % 12000)
 
 
 def _submitit_launch() -> Optional[Launch]:
