@@ -177,3 +177,49 @@ def test_logs_account_for_compute(tmp_path):
     assert "GFLOP per target token" in result.stderr
     update = next(line for line in result.stderr.splitlines() if "] - update 2:" in line)
     assert " mfu " in update and " mem " in update and " FLOPs" in update
+
+
+class FakeJobEnvironment:
+    """What distributed.submitit_launch reads from submitit.JobEnvironment."""
+
+    def __init__(self, job_id, nodes, tasks, rank, local_rank, hostnames):
+        self.raw_job_id, self.num_nodes, self.num_tasks = job_id, nodes, tasks
+        self.global_rank, self.local_rank, self.hostnames = rank, local_rank, hostnames
+
+
+def test_submitit_ranks_and_rendezvous_from_a_faked_job_environment():
+    from translate.distributed import Launch, submitit_launch
+
+    two_nodes = FakeJobEnvironment("4312345", 2, 16, 9, 1, ["gpu017", "gpu018"])
+    assert submitit_launch(two_nodes) == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 12000)
+    one_node = FakeJobEnvironment("12777", 1, 2, 1, 1, ["vm"])
+    assert submitit_launch(one_node) == Launch(1, 2, 1, "127.0.0.1", 20777)
+    # Every task of a job agrees on the port, whatever its rank; another job gets another one.
+    ports = {submitit_launch(FakeJobEnvironment("4312345_7", 2, 16, r, r % 8, ["a", "b"])).master_port for r in range(16)}
+    assert len(ports) == 1 and 20000 <= ports.pop() < 32768  # below the ephemeral ports
+    assert submitit_launch(FakeJobEnvironment("778", 1, 2, 0, 0, ["vm"])).master_port != 20777
+
+
+def test_submitit_ranks_from_slurm_variables(monkeypatch):
+    """Through submitit's own JobEnvironment, as in a task of a 2-node SLURM job."""
+    from translate.distributed import Launch, _submitit_launch
+
+    for name in [n for n in os.environ if n.startswith(("SLURM_", "SUBMITIT_"))]:
+        monkeypatch.delenv(name)
+    assert _submitit_launch() is None  # not a submitit task
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    for name, value in dict(SLURM_JOB_ID="4312345", SLURM_NTASKS="16", SLURM_PROCID="9", SLURM_LOCALID="1",
+                            SLURM_NODEID="1", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="gpu[017-018]").items():
+        monkeypatch.setenv(name, value)
+    assert _submitit_launch() == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 12000)
+
+
+def test_without_submitit_or_torchrun_one_process_and_no_submitit_import():
+    code = ("import os, sys\n"
+            "for name in [n for n in os.environ if n.startswith(('SUBMITIT_', 'RANK', 'WORLD_SIZE'))]: del os.environ[name]\n"
+            "from translate import distributed\n"
+            "context = distributed.init()\n"
+            "print(context.world_size, 'submitit' in sys.modules)\n")
+    result = run([sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "False"]

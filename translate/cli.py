@@ -2,14 +2,22 @@
 
 Each verb has a primary config in configs/ (train.yaml, decode.yaml, ...); all of them compose
 the same tree (common.yaml), so the verbs agree on run_dir. The verb functions take the typed
-TranslateConfig and know nothing of Hydra.
+TranslateConfig and know nothing of Hydra. (Hydra's submitit launcher, which must live in the
+hydra_plugins package, is hydra_plugins/translate_launcher/.)
+
+Multirun (`-m`): every job of a sweep gets its own run_dir, `<run_dir>/<its swept overrides>`
+(e.g. runs/tiny-multi30k_en_de/optim.lr_scale:2), the same for train, decode and bleu, so that
+`translate decode -m` with the same sweep finds what `translate train -m` wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -58,12 +66,44 @@ def _if_local(path: Optional[str], name: str) -> Optional[str]:
     return name if path and Path(path).is_dir() else None
 
 
+# Hydra overrides that keep a process from writing Hydra's files (.hydra/) and log file: every
+# process but rank 0 (torchrun; submitit's tasks get them from hydra_plugins/translate_launcher).
+HYDRA_QUIET = ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}"]
+
+
+def sweep_job_dir(override_dirname: str) -> str:
+    """The folder of one multirun job inside run_dir: its swept overrides, as Hydra's
+    override_dirname with `:` and `+` (common.yaml; main() excludes the keys that are not swept),
+    e.g. `optim.lr_scale:2+train.seed:3`, a name that a `run_dir=` override takes unquoted.
+    Other characters become `_`, overlong names are shortened by a hash; "." when nothing is swept."""
+    name = re.sub(r"[^\w.:+@%-]", "_", override_dirname)
+    if not name:
+        return "."
+    if len(name) > 200:
+        name = name[:180] + "-" + hashlib.sha1(override_dirname.encode()).hexdigest()[:12]
+    return name
+
+
+def _sweep_job() -> str:
+    """${sweep_job:} for hydra.sweep.subdir: this job's folder (sweep_job_dir)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return sweep_job_dir(str(HydraConfig.get().job.override_dirname))
+
+
+def quiet_hydra_warnings() -> None:
+    """configs/hydra/launcher/submitit_*.yaml rely on Hydra's automatic schema matching (they
+    take the plugin's typed schema of the same name); Hydra warns that it is deprecated."""
+    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
+
+
 def register() -> None:
     """Register resolvers and the typed schema with Hydra (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
     OmegaConf.register_new_resolver("local_or_hub", _local_or_hub, replace=True)
     OmegaConf.register_new_resolver("if_local", _if_local, replace=True)
+    OmegaConf.register_new_resolver("sweep_job", _sweep_job, replace=True)
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
 
 
@@ -77,6 +117,18 @@ def to_typed(cfg: DictConfig) -> TranslateConfig:
         raise TranslateError(f"configuration: {error}") from None
     assert isinstance(typed, TranslateConfig)
     return typed
+
+
+def job_run_dir(run_dir: str) -> str:
+    """run_dir itself for a single run; <run_dir>/<swept overrides> for a job of a multirun
+    (where Hydra's hydra.sweep.subdir puts the job's Hydra files too)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return run_dir
+    folder = _sweep_job()
+    return run_dir if folder == "." else str(Path(run_dir) / folder)
 
 
 def _resolve_verb(verb: str) -> Callable[[TranslateConfig], object]:
@@ -113,19 +165,60 @@ def _one_line(error: Exception) -> str:
     return message
 
 
+def _is_multirun(overrides: List[str]) -> bool:
+    return any(arg in ("-m", "--multirun") for arg in overrides)
+
+
+def _plain_overrides(overrides: List[str]) -> List[str]:
+    """The key=value overrides, without Hydra's flags and their values."""
+    plain = [arg for arg in overrides if not arg.startswith("-")]
+    flags_with_values = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-name", "-cn",
+                         "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun"}
+    skip = {overrides[i + 1] for i, arg in enumerate(overrides[:-1]) if arg in flags_with_values}
+    return [arg for arg in plain if arg not in skip]
+
+
+def with_overrides(arguments: List[str], extra: List[str]) -> List[str]:
+    """The command line's arguments with more key=value overrides, beside the user's own: Hydra's
+    argument parser takes one run of overrides (`-m a=1 --cfg job b=2` fails on b=2)."""
+    plain = _plain_overrides(arguments)
+    if not plain:
+        return arguments + extra
+    first = arguments.index(plain[0])
+    return arguments[:first] + extra + arguments[first:]
+
+
+def _sweep_overrides(overrides: List[str]) -> List[str]:
+    """For a multirun: Hydra's override_dirname (hence each job's folder) names only the swept
+    keys; the others are the same for every job (and may be long paths). run_dir never counts."""
+    if not _is_multirun(overrides):
+        return []
+    plain = _plain_overrides(overrides)
+    if any(arg.startswith("hydra.job.config.override_dirname.exclude_keys") for arg in plain):
+        return []  # the user's choice
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(plain)
+    except Exception:  # Hydra reports it
+        return []
+    fixed = {o.key_or_group for o in parsed if not o.is_hydra_override() and not o.is_sweep_override()}
+    keys = ",".join(f"'{key}'" for key in sorted(fixed | {"run_dir"}))
+    return [f"hydra.job.config.override_dirname.exclude_keys=[{keys}]"]
+
+
 def _check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     """Compose once up front so that a bad key or value is reported as one line.
 
     Skipped for multirun sweeps (their comma lists are not single values) and for Hydra's
     own flags, which hydra.main handles.
     """
-    if any(arg in ("-m", "--multirun") for arg in overrides):
+    if _is_multirun(overrides):
         return None
-    plain = [arg for arg in overrides if not arg.startswith("-")]
-    flags_with_values = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-name", "-cn",
-                         "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun"}
-    skip = {overrides[i + 1] for i, arg in enumerate(overrides[:-1]) if arg in flags_with_values}
-    plain = [arg for arg in plain if arg not in skip]
+    plain = _plain_overrides(overrides)
+    launcher = next((arg for arg in plain if arg.startswith("hydra/launcher=")), None)
+    if launcher and not any(arg in ("--cfg", "-c", "--info", "-i") for arg in overrides):
+        return f"{launcher} takes effect in a multirun only: translate {verb} -m {launcher} ..."
     try:
         load_config(verb, plain)
     except TranslateError as error:
@@ -165,6 +258,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"translate {verb}: error: {problem}", file=sys.stderr)
         sys.exit(1)
     register()
+    quiet_hydra_warnings()
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name=verb, version_base="1.3")
     def task(cfg: DictConfig) -> None:
@@ -173,12 +267,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         except TranslateError as error:
             print(f"translate {verb}: error: {error}", file=sys.stderr)
             sys.exit(1)
+        typed.run_dir = job_run_dir(typed.run_dir)
         code = run_verb(verb, typed)
         if code:
             sys.exit(code)
 
-    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files come from rank 0 only
-        overrides = overrides + ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.filename={os.devnull}"]
+    extra = _sweep_overrides(overrides)
+    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
+        extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
+    overrides = with_overrides(overrides, extra)
     # Hydra reads sys.argv; the program name sets the job name (and log file name).
     sys.argv = [f"translate-{verb}"] + overrides
     task()

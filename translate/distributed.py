@@ -1,15 +1,19 @@
-"""Processes under torchrun: who this process is, its device, and the collectives training needs.
+"""Processes under torchrun or submitit: who this process is, its device, and the collectives
+training needs.
 
 PyTorch's own engine: torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; the process group is
-NCCL on GPUs and gloo on CPUs. A single process needs no process group at all.
+NCCL on GPUs and gloo on CPUs. A single process needs no process group at all. Under Hydra's
+submitit launcher (SLURM, or submitit_local) there is no torchrun: every task of the job runs
+the same command, and who is who comes from submitit's JobEnvironment (SLURM's variables).
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.distributed as dist
@@ -32,18 +36,91 @@ class Context:
         return self.world_size > 1
 
 
+@dataclass
+class Launch:
+    """Who this process is in a job that torchrun did not start, and where rank 0 listens."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+
+def submitit_launch(env) -> Launch:
+    """Ranks and the rendezvous of a submitit task, from its JobEnvironment.
+
+    Every task of a job sees the same job id and node list, so all agree on the address (the
+    first node; the loopback on a single node) and on the port (derived from the job id, so
+    that jobs sharing a node differ; 20000-31999: below Linux's ephemeral ports, from 32768).
+    MASTER_ADDR and MASTER_PORT, where set, win.
+    """
+    job_id = str(env.raw_job_id)
+    number = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
+    addr = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
+    return Launch(env.global_rank, env.num_tasks, env.local_rank, addr, 20000 + number % 12000)
+
+
+def _submitit_launch() -> Optional[Launch]:
+    """A Launch when this process is a submitit task (checked without importing submitit
+    elsewhere), else None."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    import submitit
+
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:  # not inside a job after all
+        return None
+    return submitit_launch(env)
+
+
 def init(timeout_minutes: float = 30.0) -> Context:
-    """Join the process group torchrun describes (if any) and pick this process's device."""
+    """Join the process group torchrun or submitit describes (if any) and pick this process's device."""
+    timeout = timedelta(minutes=timeout_minutes)
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    launch = None if "RANK" in os.environ and "WORLD_SIZE" in os.environ else _submitit_launch()
+    if launch is not None:
+        # One task per GPU; where SLURM shows each task only its own GPU(s), the index wraps.
+        device = torch.device("cuda", launch.local_rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        if launch.world_size > 1 and not dist.is_initialized():
+            os.environ.setdefault("MASTER_ADDR", launch.master_addr)
+            os.environ.setdefault("MASTER_PORT", str(launch.master_port))
+            _init_process_group(backend, timeout, launch.rank, launch.world_size)
+        return Context(launch.rank, launch.world_size, launch.local_rank, device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=timeout_minutes))
+        _init_process_group(backend, timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
     return Context(rank, world_size, local_rank, device)
+
+
+_joined = 0  # process groups this process has joined: one per job of a multirun sweep
+
+
+def _init_process_group(backend: str, timeout: timedelta, rank: int = -1, world_size: int = -1) -> None:
+    """The default process group, from MASTER_ADDR/MASTER_PORT (env://).
+
+    The first one as PyTorch makes it. A later one (the next job of a multirun sweep, in the
+    same processes) gets a store prefix of its own: torchrun's store outlives the previous
+    group, and PyTorch names the new one as it named that one, so the previous group's
+    rendezvous keys would be read again (and the job would hang).
+    """
+    global _joined
+    if _joined == 0:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+    else:
+        store, rank, world_size = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        store = dist.PrefixStore(f"translate-{_joined}/", store)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    _joined += 1
 
 
 def all_sum(values: List[float], context: Context) -> List[float]:

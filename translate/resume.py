@@ -4,6 +4,7 @@ position, and stop signals (preemption) turned into a save at the next update.""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import Dict, List, Optional
 
@@ -16,18 +17,30 @@ from translate.validate import Tracker
 log = logging.getLogger("translate.train")
 
 
+def stop_signal_numbers() -> List[int]:
+    """SIGTERM and SIGUSR1; in a submitit task also submitit's warning before SLURM's time
+    limit (SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise; hydra.launcher.signal_delay_s
+    before it), whose own handler would end the task without a save."""
+    numbers = [signal.SIGTERM, signal.SIGUSR1]
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        number = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+        if number is not None and number not in numbers:
+            numbers.append(number)
+    return numbers
+
+
 class StopSignals:
-    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) ask for a save and a clean
-    exit at the next update; the previous handlers come back afterwards."""
+    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send; see stop_signal_numbers) ask
+    for a save and a clean exit at the next update; the previous handlers come back afterwards."""
 
     def __init__(self):
         self.received: Optional[int] = None
         self.previous: Dict[int, object] = {}
         try:
-            for number in (signal.SIGTERM, signal.SIGUSR1):
+            for number in stop_signal_numbers():
                 self.previous[number] = signal.signal(number, self._handle)
         except ValueError:  # not the main thread: leave signals alone
-            self.previous = {}
+            self.restore()
 
     @property
     def name(self) -> Optional[str]:

@@ -126,10 +126,15 @@ def train(cfg: TranslateConfig) -> Path:
     only the main process logs and writes checkpoints.
     """
     context = distributed.init()
+    # What a run changes in the process comes back afterwards, so that the next job of a
+    # multirun sweep (run one after another in this process) starts clean.
+    threads, level = torch.get_num_threads(), log.level
     try:
         return _train(cfg, context)
     finally:
         distributed.shutdown()
+        torch.set_num_threads(threads)
+        log.setLevel(level)
 
 
 def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
@@ -189,17 +194,14 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     if cfg.train.compile:
         wrapped = torch.compile(model, dynamic=True)  # batch shapes vary with the length bucket: no per-shape recompiles
     if context.distributed:
-        device_ids = [context.local_rank] if context.device.type == "cuda" else None
+        device_ids = [context.device] if context.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
-    writer = _summary_writer(run_dir) if context.is_main else None
-    progress = _progress(cfg.train.max_steps, step) if context.is_main else None
     model.train()
     batches = epoch_batches(data.train, tokens_per_batch, cfg.train.seed, context.rank, context.world_size)
     tracker = Tracker(cfg.valid.metric)
     if resumed is not None:
         resume.restore_process_state(resumed, context, batches, tracker)
     dev = dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
-    stop_signal = resume.StopSignals()
     nonfinite_in_a_row = skipped = 0
     started = time.monotonic()
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
@@ -235,7 +237,13 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         signal_seen, time_up = distributed.all_sum(seen, context)
         return "signal" if signal_seen else ("time" if time_up else None)
 
+    # The writer, the progress bar and the signal handlers are undone in the finally below,
+    # however the loop ends.
+    writer = progress = stop_signal = None
     try:
+        writer = _summary_writer(run_dir) if context.is_main else None
+        progress = _progress(cfg.train.max_steps, step) if context.is_main else None
+        stop_signal = resume.StopSignals()
         while step < cfg.train.max_steps:
             reason = stop_reason()
             if reason == "time":
@@ -300,7 +308,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         save()
         raise
     finally:
-        stop_signal.restore()
+        if stop_signal is not None:
+            stop_signal.restore()
         if progress is not None:
             progress.close()
         if writer is not None:
