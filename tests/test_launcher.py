@@ -81,6 +81,8 @@ def test_submitit_slurm_preset_asks_for_one_task_per_gpu(tmp_path, monkeypatch):
     for line in ("--nodes=2", "--gpus-per-node=4", "--ntasks-per-node=4", "--partition=gpu", "--signal=USR2@120",
                  "--time=1440", "--job-name=translate-tiny", f"--output={tmp_path}/run/hydra/submitit/%j/"):
         assert f"#SBATCH {line}" in sbatch, (line, sbatch)
+    # One failing task ends the job instead of leaving the others in a collective.
+    assert "export SLURM_KILL_BAD_EXIT=1" in sbatch.split("srun")[0]
 
 
 def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
