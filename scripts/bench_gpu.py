@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import replace
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,7 +36,7 @@ from translate.data.batching import Batch  # noqa: E402
 from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
-from translate.train import train_step  # noqa: E402
+from translate.train import apply_update, train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),
@@ -88,11 +86,8 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
         torch.cuda.reset_peak_memory_stats(device)
 
     def update(i: int) -> None:  # as translate.train's loop, one micro-batch per update
-        train_step(step_model, [batches[i % len(batches)]], 0.1, Context(device=device), autocast)
-        float(nn.utils.clip_grad_norm_(model.parameters(), math.inf))  # the loop checks it is finite
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        stats = train_step(step_model, [batches[i % len(batches)]], 0.1, Context(device=device), autocast)
+        apply_update(model, optimizer, scheduler, None, 0.0, stats.loss)
 
     started = time.perf_counter()
     for i in range(args.warmup):

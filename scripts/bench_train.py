@@ -34,7 +34,7 @@ from translate.data.cache import prepare  # noqa: E402
 from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
-from translate.train import train_step  # noqa: E402
+from translate.train import apply_update, train_step  # noqa: E402
 
 
 def emit(**record) -> None:
@@ -112,9 +112,7 @@ def main() -> None:
 
     def our_step(batch):
         stats = train_step(model, [batch], cfg.train.label_smoothing)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        apply_update(model, optimizer, scheduler, None, cfg.optim.clip_norm, stats.loss)  # as the training loop
         return stats.target_tokens
 
     seconds, tokens = time_steps(our_step, ours, args.warmup)

@@ -91,3 +91,28 @@ def test_max_steps_writes_a_self_describing_checkpoint(compose):
     assert len(Vocabulary(payload["vocabulary"])) == payload["model_config"]["vocab_size"]
     model = Transformer(replace(cfg.model, vocab_size=payload["model_config"]["vocab_size"]))
     model.load_state_dict(payload["model"])  # plain keys, loads as is
+
+
+def test_apply_update_steps_or_skips_a_non_finite_update():
+    """A finite update steps the optimizer and the schedule; a non-finite loss or gradient
+    drops the gradients and steps nothing (and non-finite gradients lower the fp16 loss scale)."""
+    from translate.config import OptimConfig
+    from translate.optim import build_optimizer
+    from translate.train import apply_update
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer, scheduler = build_optimizer(model, OptimConfig(), 4)
+    model(torch.ones(1, 3)).sum().backward()
+    before = model.weight.detach().clone()
+    assert apply_update(model, optimizer, scheduler, None, 0.0, 1.0) > 0
+    assert not torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for loss, grad in ((float("nan"), 1.0), (1.0, float("inf"))):
+        scaler.scale(model(torch.ones(1, 3)).sum()).backward()
+        model.weight.grad.fill_(grad)
+        before, scale = model.weight.detach().clone(), scaler.get_scale()
+        assert apply_update(model, optimizer, scheduler, scaler, 1.0, loss) is None
+        assert torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
+        assert (scaler.get_scale() < scale) == (grad != 1.0)  # the scale backs off on non-finite gradients

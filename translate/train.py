@@ -21,7 +21,7 @@ from torch import nn
 from translate import checkpoint, distributed, flops, paths, resume
 from translate.config import TranslateConfig
 from translate.data.batching import Batch, BatchStream, collate
-from translate.data.cache import EncodedSplit, prepare, write_report
+from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
@@ -67,13 +67,6 @@ def batch_plan(tokens_per_update: int, tokens_per_batch: int, world_size: int = 
     return per_batch, max(1, math.ceil(tokens_per_update / (per_batch * world_size)))
 
 
-def epoch_batches(
-    split: EncodedSplit, tokens_per_batch: int, seed: int, rank: int = 0, world_size: int = 1
-) -> BatchStream:
-    """Endless, resumable stream of this process's batches (index arrays), reshuffled every epoch."""
-    return BatchStream(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed, rank, world_size)
-
-
 def train_step(
     model: nn.Module,
     batches: List[Batch],
@@ -113,10 +106,27 @@ def train_step(
     return stats
 
 
-def _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step) -> Dict:
-    payload = checkpoint.weights(model, model_cfg, vocabulary.model_bytes, [cfg.data.src_lang, cfg.data.tgt_lang], step)
-    payload.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), config=asdict(cfg))
-    return payload
+def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float, loss: float) -> Optional[float]:
+    """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule.
+    Returns the gradient norm, or None (gradients dropped, nothing stepped, the fp16 scale
+    updated) where it or the loss is not finite; the gradients are all-reduced, so every
+    process reaches the same verdict."""
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf))
+    if not math.isfinite(grad_norm) or not math.isfinite(loss):
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.update()
+        return None
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
 
 
 def train(cfg: TranslateConfig) -> Path:
@@ -197,7 +207,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         device_ids = [context.device] if context.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
     model.train()
-    batches = epoch_batches(data.train, tokens_per_batch, cfg.train.seed, context.rank, context.world_size)
+    batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
+                          context.rank, context.world_size)
     tracker = Tracker(cfg.valid.metric)
     if resumed is not None:
         resume.restore_process_state(resumed, context, batches, tracker)
@@ -218,13 +229,13 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         states = resume.gather_process_states(context, batches)
         if not context.is_main:
             return
-        payload = _checkpoint_payload(cfg, model, model_cfg, vocabulary, optimizer, scheduler, step)
-        payload.update(processes=states, valid=tracker.state_dict(), skipped_updates=skipped)
+        weights = checkpoint.weights(model, model_cfg, vocabulary.model_bytes, [cfg.data.src_lang, cfg.data.tgt_lang], step)
+        payload = {**weights, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "config": asdict(cfg),
+                   "processes": states, "valid": tracker.state_dict(), "skipped_updates": skipped}
         if scaler is not None:
             payload["scaler"] = scaler.state_dict()
         checkpoint.save(last_path, payload)
-        weights = {k: payload[k] for k in ("model", "model_config", "vocabulary", "languages", "step")}  # for averaging
-        checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)
+        checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)  # for averaging
         checkpoint.prune(run_dir, cfg.checkpoint.keep_last)
 
     def save_due() -> bool:
@@ -256,15 +267,9 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                 )
             micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
             stats = train_step(wrapped, micro, cfg.train.label_smoothing, context, autocast, scaler)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            max_norm = cfg.optim.clip_norm if cfg.optim.clip_norm > 0 else math.inf
-            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-            if not math.isfinite(grad_norm) or not math.isfinite(stats.loss):
-                # The gradients are all-reduced, so every process sees the same verdict.
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.update()
+            lr = scheduler.get_last_lr()[0]
+            grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm, stats.loss)
+            if grad_norm is None:
                 skipped += 1
                 nonfinite_in_a_row += 1
                 log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
@@ -276,14 +281,6 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                     )
                 continue
             nonfinite_in_a_row = 0
-            lr = scheduler.get_last_lr()[0]
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
             step += 1
             window.add(stats)
             totals.add(stats)
