@@ -280,15 +280,13 @@ class Transformer(nn.Module):
         return logits if logits.size(-1) == V else logits[..., :V]
 
     def forward(self, src: Tensor, tgt_in: Tensor, select: Optional[Tensor] = None) -> Tensor:
-        """(B, S), (B, T) -> logits (B, T, V). With select, logits (N, V) at N positions only
-        (training: padding costs no vocabulary projection): a (B, T) bool mask, or (N,) flat
-        positions in (B*T,), which, unlike a mask, do not make a GPU wait to learn N."""
+        """(B, S), (B, T) -> logits (B, T, V). With select, (N,) flat positions in (B*T,)
+        (Batch.real_targets), logits (N, V) at those positions only (training: padding costs no
+        vocabulary projection; unlike a boolean mask, positions do not make a GPU wait to learn N)."""
         memory, src_mask = self.encode(src)
         hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
         if select is None:
             return self.logits(hidden)
-        if select.dtype == torch.bool:
-            return self.logits(hidden[select])
         return self.logits(hidden.flatten(0, 1).index_select(0, select))  # (N, V)
 
     def start_state(self, src: Tensor) -> DecoderState:

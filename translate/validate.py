@@ -14,7 +14,7 @@ from translate import checkpoint, distributed, paths
 from translate.config import TranslateConfig
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
-from translate.data.vocabulary import PAD, Vocabulary
+from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
 from translate.loss import label_smoothed_nll
 
@@ -29,10 +29,11 @@ def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, devic
     model.eval()
     loss = nll = tokens = 0.0
     for indices in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed=0, epoch=0):
-        batch = collate(split, indices).to(device)
-        real = batch.tgt_out != PAD
-        batch_loss, batch_nll = label_smoothed_nll(model(batch.src, batch.tgt_in, real), batch.tgt_out[real], label_smoothing)
-        loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + int(real.sum())
+        batch = collate(split, indices)
+        select, target = batch.real_targets()  # (N,) each, found on the host, as in train_step
+        batch, select, target = batch.to(device), select.to(device), target.to(device)
+        batch_loss, batch_nll = label_smoothed_nll(model(batch.src, batch.tgt_in, select), target, label_smoothing)
+        loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + len(target)
     model.train(was_training)
     return {"loss": loss / tokens, "nll": nll / tokens}
 
