@@ -108,7 +108,7 @@ def beam_search(
         origin = (row_offsets[live] + top_beam[live].gather(1, keep)).view(-1)  # (B'*K,) rows extended
         last = top_token[live].gather(1, keep).view(-1)  # (B'*K,)
         history = torch.cat([history.index_select(0, origin), last[:, None]], dim=1)
-        state = state.reorder(origin, K if R != K else None)
+        state = state.reorder(origin, K)  # K rows per sentence from the first step on
         active, limit, R = active[live], limit[live], K
 
     for hypotheses in finished:
