@@ -82,30 +82,28 @@ def init(timeout_minutes: float = 30.0) -> Context:
     backend = "nccl" if cuda else "gloo"
     launch = None if "RANK" in os.environ and "WORLD_SIZE" in os.environ else _submitit_launch()
     if launch is not None:
+        rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
         # One task per GPU; where SLURM shows each task only its own GPU(s), the index wraps.
-        device = torch.device("cuda", launch.local_rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        if launch.world_size > 1 and not dist.is_initialized():
+        gpu = local_rank % torch.cuda.device_count() if cuda else 0
+        if world_size > 1:  # where the process group meets (env://); set ones win
             os.environ.setdefault("MASTER_ADDR", launch.master_addr)
             os.environ.setdefault("MASTER_PORT", str(launch.master_port))
-            _init_process_group(backend, timeout, launch.rank, launch.world_size)
-        return Context(launch.rank, launch.world_size, launch.local_rank, device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    else:  # torchrun's variables, or a single process
+        rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        local_rank = gpu = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", gpu) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        _init_process_group(backend, timeout)
-    rank = dist.get_rank() if dist.is_initialized() else 0
+        _init_process_group(backend, timeout, rank, world_size)
+    rank = dist.get_rank() if dist.is_initialized() else rank
     return Context(rank, world_size, local_rank, device)
 
 
 _joined = 0  # process groups this process has joined: one per job of a multirun sweep
 
 
-def _init_process_group(backend: str, timeout: timedelta, rank: int = -1, world_size: int = -1) -> None:
+def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int) -> None:
     """The default process group, from MASTER_ADDR/MASTER_PORT (env://).
 
     The first one as PyTorch makes it. A later one (the next job of a multirun sweep, in the
