@@ -34,6 +34,18 @@ SMALL = [
 ]
 
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def free_port() -> int:
+    """A TCP port no one listens on now, for a test's own rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) where the shared data is missing."""
     if not path.exists():
@@ -50,6 +62,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    """One encoded corpus for the tests of a module (each run prepares it otherwise)."""
+    need(MULTI30K)
+    return str(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Distributed training on the CPU (gloo): the update does not depend on how it is split."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,19 +11,12 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.conftest import MULTI30K, ROOT, SMALL, need
+from tests.conftest import MULTI30K, ROOT, SMALL, TORCHRUN, free_port, need
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # Dropout off, and an Adam whose update is proportional to the gradient (eps >> |g|), scaled
 # up so that the updates are substantial: Adam is blind to a constant error in the loss scale.
 EXACT = ["model.dropout=0.0", "optim.eps=10.0", "optim.lr_scale=2000", "train.max_steps=3",
          "train.tokens_per_batch=800", "train.log_every=1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(command, **kwargs):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.test_sweep import FEW, cache, run  # noqa: F401 (cache: the module's corpus fixture)
+from tests.test_sweep import FEW, run
 
 
 def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):

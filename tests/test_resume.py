@@ -165,7 +165,7 @@ def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
     """Under torchrun, SIGTERM to one worker: both stop at the same update, rank 0 saves the
     random state and data position of both, and a rerun resumes."""
     need(MULTI30K)
-    from tests.test_distributed import TORCHRUN, free_port
+    from tests.conftest import TORCHRUN, free_port
 
     overrides = BASE + ["train.max_steps=100000", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
     agent = subprocess.Popen([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",

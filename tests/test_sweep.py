@@ -4,23 +4,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import torch
 
-from tests.conftest import MULTI30K, ROOT, SMALL, need
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+from tests.conftest import ROOT, SMALL, TORCHRUN, free_port
 FEW = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1"]  # two updates
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    """One encoded corpus for the tests of this module (each run prepares it otherwise)."""
-    need(MULTI30K)
-    return str(tmp_path_factory.mktemp("cache"))
 
 
 def run(command, timeout=300, **kwargs) -> subprocess.CompletedProcess:
@@ -34,14 +23,6 @@ def run(command, timeout=300, **kwargs) -> subprocess.CompletedProcess:
         process.communicate()
         raise
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Records, around every training job of a sweep, what a job could leave behind in its process.
