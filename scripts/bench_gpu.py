@@ -34,6 +34,7 @@ from translate.distributed import Context  # noqa: E402
 from translate.config import ModelConfig, OptimConfig  # noqa: E402
 from translate.data.batching import Batch  # noqa: E402
 from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
+from translate.loss import LabelSmoothedObjective  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
 from translate.train import apply_update, train_step  # noqa: E402
@@ -78,7 +79,11 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
     rng = np.random.default_rng(0)
     model = Transformer(cfg, pad_id=PAD).to(device)
     optimizer, scheduler = build_optimizer(model, OptimConfig(), cfg.d_model)
-    step_model = torch.compile(model, dynamic=True) if args.compile else model
+    objective = LabelSmoothedObjective(model, 0.1)
+    if args.compile == "objective":  # as train.compile=true: the model and its loss, one graph
+        objective = torch.compile(objective, dynamic=True)
+    elif args.compile == "model":  # the model alone; the loss runs eagerly (for comparison)
+        objective = LabelSmoothedObjective(torch.compile(model, dynamic=True), 0.1)
     batches = [synthetic_batch(tokens, args.length, cfg.vocab_size, rng) for _ in range(8)]
     autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else None
     if device.type == "cuda":
@@ -86,7 +91,7 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
         torch.cuda.reset_peak_memory_stats(device)
 
     def update(i: int) -> None:  # as translate.train's loop, one micro-batch per update
-        stats = train_step(step_model, [batches[i % len(batches)]], 0.1, Context(device=device), autocast)
+        stats = train_step(objective, [batches[i % len(batches)]], Context(device=device), autocast)
         apply_update(model, optimizer, scheduler, None, 0.0, stats.loss)
 
     started = time.perf_counter()
@@ -123,6 +128,34 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
             gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
             record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
     emit(**record)
+    if args.profile:
+        profile(update, args, device, f"{args.profile}.{name}.{tokens}.{args.compile or 'eager'}.txt")
+
+
+def profile(update, args, device, path: str) -> None:
+    """Device time of a few updates by kernel: the table to `path`, shares by kind as a JSON line."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profiler(activities=activities) as prof:
+        for i in range(3):
+            update(i)
+        synchronize(device)
+    events = [e for e in prof.key_averages() if e.device_type.name == ("CUDA" if device.type == "cuda" else "CPU")]
+    kinds = {"matmul": ("gemm", "nvjet", "cutlass", "xmma", "addmm", "mm"), "attention": ("fmha", "flash", "attention", "sdpa"),
+             "optimizer": ("adam", "multi_tensor", "foreach", "norm_"), "loss": ("softmax", "gather", "nll", "scatter"),
+             "fused": ("triton",)}
+    shares = dict.fromkeys(list(kinds) + ["other"], 0.0)
+    spent = (lambda e: e.self_device_time_total) if device.type == "cuda" else (lambda e: e.self_cpu_time_total)
+    total = sum(spent(e) for e in events) or 1.0
+    for e in events:
+        kind = next((k for k, words in kinds.items() if any(w in e.key.lower() for w in words)), "other")
+        shares[kind] += spent(e) / total
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    Path(path).write_text(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90))
+    emit(measurement="profile", table=path, device_ms_per_update=round(total / 3 / 1000, 1),
+         **{f"share_{k}": round(v, 3) for k, v in shares.items()})
 
 
 def main() -> None:
@@ -136,7 +169,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="timed updates per measurement")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (train.compile=true)")
+    parser.add_argument("--compile", nargs="?", const="objective", choices=["objective", "model"],
+                        help="torch.compile the model and loss together (train.compile=true), or the model alone")
+    parser.add_argument("--profile", metavar="PREFIX", help="also profile 3 updates; kernel tables to PREFIX.<model>.<tokens>.<mode>.txt")
     parser.add_argument("--spec-tflops", type=float, default=989.0, help="datasheet dense peak (H100/H200 SXM bf16)")
     args = parser.parse_args()
     device = torch.device(args.device)

@@ -34,6 +34,7 @@ from translate.data.cache import prepare  # noqa: E402
 from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
+from translate.loss import LabelSmoothedObjective  # noqa: E402
 from translate.train import apply_update, train_step  # noqa: E402
 
 
@@ -109,9 +110,10 @@ def main() -> None:
 
     model = Transformer(model_cfg)
     optimizer, scheduler = build_optimizer(model, cfg.optim, model_cfg.d_model)
+    objective = LabelSmoothedObjective(model, cfg.train.label_smoothing)
 
     def our_step(batch):
-        stats = train_step(model, [batch], cfg.train.label_smoothing)
+        stats = train_step(objective, [batch])
         apply_update(model, optimizer, scheduler, None, cfg.optim.clip_norm, stats.loss)  # as the training loop
         return stats.target_tokens
 

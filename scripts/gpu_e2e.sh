@@ -1,7 +1,8 @@
 #!/bin/bash
 # End-to-end check of the CLI on a GPU machine without Hydra or datasets installed:
-# translate train (bf16, eager, then train.compile=true), decode (beam 4) and bleu, on
-# Multi30k exported to plain text. Prepared for the device tool; not yet run on a GPU.
+# translate train (bf16, eager), decode (beam 4) and bleu, then train.compile=true under
+# torchrun (one process: torchrun's device choice and the compiled objective; one GPU cannot
+# hold two NCCL ranks, so no process group), on Multi30k exported to plain text.
 #
 # Here (once):  echo /.whl/ >> .git/info/exclude; echo /.devdata/ >> .git/info/exclude
 #   .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -28,4 +29,4 @@ COMMON="config=$CONFIG data=text data.train=$DATA/train data.valid=$DATA/valid d
 python3 -m translate train $COMMON run_dir=/tmp/run train.max_minutes=$MINUTES 2>&1 | grep -v Warning | tail -25 | tee $OUTD/train.log
 python3 -m translate decode $COMMON run_dir=/tmp/run 2>&1 | tail -4 | tee $OUTD/decode.log
 python3 -m translate bleu $COMMON run_dir=/tmp/run 2>&1 | tail -8 | tee $OUTD/bleu.log
-python3 -m translate train $COMMON run_dir=/tmp/run_compiled train.compile=true train.max_minutes=$COMPILE_MINUTES 2>&1 | grep -v Warning | tail -12 | tee $OUTD/train_compiled.log
+python3 -m torch.distributed.run --standalone --nproc_per_node=1 -m translate train $COMMON run_dir=/tmp/run_compiled train.compile=true train.max_minutes=$COMPILE_MINUTES 2>&1 | grep -v Warning | tail -12 | tee $OUTD/train_compiled.log

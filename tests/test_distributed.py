@@ -59,6 +59,7 @@ def _gradient_worker(rank, port, overrides, results):
     from translate.data.batching import collate, token_batches
     from translate.data.cache import prepare
     from translate.model import Transformer
+    from translate.loss import LabelSmoothedObjective
     from translate.train import train_step
 
     context = distributed.init()
@@ -70,10 +71,10 @@ def _gradient_worker(rank, port, overrides, results):
         reference = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
         reference.load_state_dict(model.state_dict())
         batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 700, seed=1, epoch=0)
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        train_step(ddp, [collate(data.train, batches[rank])], 0.1, context)  # this rank's share
+        ddp = torch.nn.parallel.DistributedDataParallel(LabelSmoothedObjective(model, 0.1))
+        train_step(ddp, [collate(data.train, batches[rank])], context)  # this rank's share
         if rank == 0:  # one process, both batches, accumulated
-            train_step(reference, [collate(data.train, batches[0]), collate(data.train, batches[1])], 0.1)
+            train_step(LabelSmoothedObjective(reference, 0.1), [collate(data.train, batches[0]), collate(data.train, batches[1])])
             worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
             largest = max(q.grad.abs().max().item() for q in reference.parameters())
             results.put((worst, largest))
@@ -159,6 +160,23 @@ def test_compiled_model_trains(tmp_path):
     assert result.returncode == 0, result.stderr
     payload = torch.load(tmp_path / "run" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert not any(k.startswith("_orig_mod.") for k in payload["model"])
+
+
+@pytest.mark.slow
+def test_compiled_ddp_with_accumulation_equals_one_eager_process(tmp_path):
+    """train.compile=true under DDP: compiled after wrapping (the compiler splits the graph at
+    DDP's buckets), and no_sync reached through the compiled wrapper for accumulation."""
+    need(MULTI30K)
+    common = SMALL + EXACT + [f"data.cache_dir={tmp_path}/cache", "train.tokens_per_update=3200", "train.max_steps=2"]
+    one = run([sys.executable, "-m", "translate", "train", *common, f"run_dir={tmp_path}/one"])
+    assert one.returncode == 0, one.stderr
+    two = run([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",
+               *common, "train.compile=true", f"run_dir={tmp_path}/two"])
+    assert two.returncode == 0, two.stderr
+    assert "x 2 accumulation x 2 processes" in two.stderr
+    a, b = weights(tmp_path / "one" / "checkpoint_last.pt"), weights(tmp_path / "two" / "checkpoint_last.pt")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_logs_account_for_compute(tmp_path):

@@ -101,7 +101,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
 
 
 NAN_LOSS = """
-import translate.train as t
+import translate.loss as t
 original, calls = t.label_smoothed_nll, []
 def poisoned(*args, **kwargs):
     calls.append(1)

@@ -10,6 +10,7 @@ from translate.data.batching import collate, token_batches
 from translate.data.cache import prepare
 from translate.model import Transformer
 from translate.optim import build_optimizer
+from translate.loss import LabelSmoothedObjective
 from translate.train import batch_plan, train, train_step
 
 
@@ -37,7 +38,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
 
     before = held_out_loss()
     for indices in batches[1:41]:
-        train_step(model, [collate(data.train, indices)], label_smoothing=0.1)
+        train_step(LabelSmoothedObjective(model, 0.1), [collate(data.train, indices)])
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
@@ -62,10 +63,10 @@ def test_accumulation_gives_the_gradient_of_one_large_batch(small_data):
     parts = [collate(data.train, batches[0]), collate(data.train, batches[1])]
     whole = collate(data.train, np.concatenate([batches[0], batches[1]]))
 
-    train_step(model, parts, 0.1)
+    train_step(LabelSmoothedObjective(model, 0.1), parts)
     accumulated = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    train_step(model, [whole], 0.1)
+    train_step(LabelSmoothedObjective(model, 0.1), [whole])
     for a, b in zip(accumulated, (p.grad for p in model.parameters())):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
@@ -116,3 +117,24 @@ def test_apply_update_steps_or_skips_a_non_finite_update():
         assert apply_update(model, optimizer, scheduler, scaler, 1.0, loss) is None
         assert torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
         assert (scaler.get_scale() < scale) == (grad != 1.0)  # the scale backs off on non-finite gradients
+
+
+@pytest.mark.slow
+def test_compiled_objective_equals_eager(small_data):
+    """train.compile=true compiles the model and its loss as one graph: same loss and gradients."""
+    cfg, data = small_data
+    torch.manual_seed(0)
+    model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
+    batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 600, seed=1, epoch=0)
+    compiled = torch.compile(LabelSmoothedObjective(model, 0.1), dynamic=True)
+    for indices in batches[:2]:  # two shapes: the second runs the same dynamic-shape graph
+        batch = collate(data.train, indices)
+        results = []
+        for objective in (LabelSmoothedObjective(model, 0.1), compiled):
+            model.zero_grad()
+            stats = train_step(objective, [batch])
+            results.append((stats.loss, [p.grad.clone() for p in model.parameters()]))
+        (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
+        assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
+        for a, b in zip(eager_grads, compiled_grads):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)

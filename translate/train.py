@@ -24,7 +24,7 @@ from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
-from translate.loss import label_smoothed_nll
+from translate.loss import LabelSmoothedObjective
 from translate.model import Transformer
 from translate.optim import build_optimizer
 from translate.validate import Tracker, dev_sentences, validate
@@ -68,14 +68,16 @@ def batch_plan(tokens_per_update: int, tokens_per_batch: int, world_size: int = 
 
 
 def train_step(
-    model: nn.Module,
+    objective: nn.Module,
     batches: List[Batch],
-    label_smoothing: float,
     context: distributed.Context = distributed.Context(),
     autocast: Optional[torch.autocast] = None,
     scaler: Optional["torch.amp.GradScaler"] = None,
 ) -> StepStats:
     """Forward and backward over this process's micro-batches of one update.
+
+    objective: (src, tgt_in, select, target) -> summed loss and NLL, a LabelSmoothedObjective,
+    maybe compiled and wrapped in DistributedDataParallel.
 
     The gradients end up as those of the loss summed over every target token of the update,
     on all processes, divided by their number: as one large batch on one process, whatever
@@ -94,11 +96,10 @@ def train_step(
         batch = batch.to(context.device)
         select, target = select.to(context.device, non_blocking=True), target.to(context.device, non_blocking=True)
         last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        sync = contextlib.nullcontext() if last or not hasattr(objective, "no_sync") else objective.no_sync()
         with sync:
             with autocast or contextlib.nullcontext():
-                logits = model(batch.src, batch.tgt_in, select)  # (N, V): real positions only
-                loss, nll = label_smoothed_nll(logits, target, label_smoothing)
+                loss, nll = objective(batch.src, batch.tgt_in, select, target)  # logits at real positions only
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         sums.append(torch.stack([loss.detach(), nll.detach()]))
@@ -200,12 +201,15 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     paper_compute = flops.PAPER_COMPUTE.get(model_cfg.d_model) if model_cfg.layers == 6 else None
     accounting = Accounting(per_token, peak * context.world_size, paper_compute, context.device)
     log.info(f"{per_token / 1e9:.3f} GFLOP per target token; device peak {peak / 1e12:.2f} TFLOP/s ({precision})")
-    wrapped = model
-    if cfg.train.compile:
-        wrapped = torch.compile(model, dynamic=True)  # batch shapes vary with the length bucket: no per-shape recompiles
+    wrapped = LabelSmoothedObjective(model, cfg.train.label_smoothing)
     if context.distributed:
         device_ids = [context.device] if context.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
+    if cfg.train.compile:
+        # After DDP, so that the compiler splits the graph at DDP's gradient buckets and their
+        # all-reduce still overlaps the backward pass (one compiled backward would hold every
+        # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
+        wrapped = torch.compile(wrapped, dynamic=True)
     model.train()
     batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
                           context.rank, context.world_size)
@@ -266,7 +270,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                     f"saved {last_path}; run the same command to resume"
                 )
             micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
-            stats = train_step(wrapped, micro, cfg.train.label_smoothing, context, autocast, scaler)
+            stats = train_step(wrapped, micro, context, autocast, scaler)
             lr = scheduler.get_last_lr()[0]
             grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm, stats.loss)
             if grad_norm is None:

@@ -16,7 +16,7 @@ from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
-from translate.loss import label_smoothed_nll
+from translate.loss import LabelSmoothedObjective
 
 log = logging.getLogger("translate.train")
 
@@ -27,12 +27,13 @@ def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, devic
     """Label-smoothed loss and NLL per target token over the whole dev split (eval mode)."""
     was_training = model.training
     model.eval()
+    objective = LabelSmoothedObjective(model, label_smoothing)
     loss = nll = tokens = 0.0
     for indices in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed=0, epoch=0):
         batch = collate(split, indices)
         select, target = batch.real_targets()  # (N,) each, found on the host, as in train_step
         batch, select, target = batch.to(device), select.to(device), target.to(device)
-        batch_loss, batch_nll = label_smoothed_nll(model(batch.src, batch.tgt_in, select), target, label_smoothing)
+        batch_loss, batch_nll = objective(batch.src, batch.tgt_in, select, target)
         loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + len(target)
     model.train(was_training)
     return {"loss": loss / tokens, "nll": nll / tokens}
