@@ -11,6 +11,11 @@ projected wall time of the paper's schedule (100K updates for base, 300K for big
 tokens each): on one such GPU at 25k-token batches, and on 8 such GPUs at the per-GPU share of
 an update (25000 / 8 tokens), assuming all-reduce is hidden behind the backward pass.
 
+Side by side: `--compile` (model and loss, as train.compile=true) or `--compile model` (the
+model alone); `--host-reads immediate` (the host waits for every update, as the loop did
+before it read updates one behind); `--profile PREFIX [--trace]` adds each kernel's device
+time (and the timeline) for three updates.
+
     PYTHONPATH=. python scripts/bench_gpu.py                     # about 3 minutes on one H200
     PYTHONPATH=. python scripts/bench_gpu.py --device cpu --models tiny --tokens 2000 --steps 2 --warmup 1
 """
@@ -90,9 +95,17 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
 
+    pending = []  # the last update's loss and gradient norm, not yet read
+
     def update(i: int) -> None:  # as translate.train's loop, one micro-batch per update
         stats = train_step(objective, [batches[i % len(batches)]], Context(device=device), autocast)
-        apply_update(model, optimizer, scheduler, None, 0.0, stats.loss)
+        grad_norm = apply_update(model, optimizer, scheduler, None, 0.0)
+        if args.host_reads == "immediate":  # the host waits for this update (the loop before 2026-11-29)
+            _ = float(stats.loss), float(grad_norm)
+        else:  # as the loop: the previous update is read once this one is queued
+            for value in pending:
+                float(value)
+            pending[:] = [stats.loss, grad_norm]
 
     started = time.perf_counter()
     for i in range(args.warmup):
@@ -112,7 +125,7 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
     per_token = flops.flops_per_target_token(cfg, target / rows, target / rows)  # source as long as target
     hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
     record = dict(
-        measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile,
+        measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile, host_reads=args.host_reads,
         parameters=model.num_parameters(), tokens_per_batch=tokens, target_tokens_per_batch=round(target / args.steps),
         padding=round(1 - real / padded, 3), steps=args.steps, warmup_s=round(warmup_seconds, 1),
         target_tokens_per_s=round(rate), gflop_per_target_token=round(per_token / 1e9, 3),
@@ -129,11 +142,12 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
             record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
     emit(**record)
     if args.profile:
-        profile(update, args, device, f"{args.profile}.{name}.{tokens}.{args.compile or 'eager'}.txt")
+        profile(update, args, device, f"{args.profile}.{name}.{tokens}.{args.compile or 'eager'}")
 
 
-def profile(update, args, device, path: str) -> None:
-    """Device time of a few updates by kernel: the table to `path`, shares by kind as a JSON line."""
+def profile(update, args, device, prefix: str) -> None:
+    """Device time of a few updates by kernel: the table to prefix.txt, shares by kind as a JSON
+    line, and with --trace the timeline to prefix.json.gz (chrome://tracing, Perfetto)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
@@ -153,8 +167,10 @@ def profile(update, args, device, path: str) -> None:
         kind = next((k for k, words in kinds.items() if any(w in e.key.lower() for w in words)), "other")
         shares[kind] += spent(e) / total
     sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    Path(path).write_text(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90))
-    emit(measurement="profile", table=path, device_ms_per_update=round(total / 3 / 1000, 1),
+    Path(f"{prefix}.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90))
+    if args.trace:
+        prof.export_chrome_trace(f"{prefix}.json.gz")
+    emit(measurement="profile", table=f"{prefix}.txt", device_ms_per_update=round(total / 3 / 1000, 1),
          **{f"share_{k}": round(v, 3) for k, v in shares.items()})
 
 
@@ -172,6 +188,10 @@ def main() -> None:
     parser.add_argument("--compile", nargs="?", const="objective", choices=["objective", "model"],
                         help="torch.compile the model and loss together (train.compile=true), or the model alone")
     parser.add_argument("--profile", metavar="PREFIX", help="also profile 3 updates; kernel tables to PREFIX.<model>.<tokens>.<mode>.txt")
+    parser.add_argument("--trace", action="store_true", help="with --profile, also write the timeline (PREFIX...json.gz)")
+    parser.add_argument("--host-reads", default="lagged", choices=["lagged", "immediate"],
+                        help="read each update's loss and gradient norm once the next is queued (as the loop does), "
+                             "or at once, making the host wait for the device every update")
     parser.add_argument("--spec-tflops", type=float, default=989.0, help="datasheet dense peak (H100/H200 SXM bf16)")
     args = parser.parse_args()
     device = torch.device(args.device)

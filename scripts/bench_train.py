@@ -114,7 +114,7 @@ def main() -> None:
 
     def our_step(batch):
         stats = train_step(objective, [batch])
-        apply_update(model, optimizer, scheduler, None, cfg.optim.clip_norm, stats.loss)  # as the training loop
+        apply_update(model, optimizer, scheduler, None, cfg.optim.clip_norm)  # as the training loop
         return stats.target_tokens
 
     seconds, tokens = time_steps(our_step, ours, args.warmup)

@@ -1,5 +1,6 @@
 """The training step on real data: the loss falls; accumulation equals one large batch."""
 
+import math
 import numpy as np
 import pytest
 import torch
@@ -94,29 +95,47 @@ def test_max_steps_writes_a_self_describing_checkpoint(compose):
     model.load_state_dict(payload["model"])  # plain keys, loads as is
 
 
-def test_apply_update_steps_or_skips_a_non_finite_update():
-    """A finite update steps the optimizer and the schedule; a non-finite loss or gradient
-    drops the gradients and steps nothing (and non-finite gradients lower the fp16 loss scale)."""
+def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
+    """A finite update steps the optimizer and the schedule; non-finite gradients leave the
+    weights, Adam's moments and step count as they were (fused found_inf, GradScaler, or the
+    host check of other optimizers), lower the fp16 loss scale, and unstep restores the
+    learning rate the dropped update had."""
     from translate.config import OptimConfig
     from translate.optim import build_optimizer
-    from translate.train import apply_update
+    from translate.train import apply_update, unstep
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     optimizer, scheduler = build_optimizer(model, OptimConfig(), 4)
+    assert optimizer.param_groups[0]["fused"]  # the device-side drop is what is tested first
     model(torch.ones(1, 3)).sum().backward()
     before = model.weight.detach().clone()
-    assert apply_update(model, optimizer, scheduler, None, 0.0, 1.0) > 0
+    assert math.isfinite(float(apply_update(model, optimizer, scheduler, None, 0.0)))
     assert not torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
 
+    def state():
+        return [t.clone() for p in model.parameters() for t in (p.detach(), *optimizer.state[p].values())]
+
+    def drop(scaler=None):
+        lr, weights = optimizer.param_groups[0]["lr"], state()
+        loss = model(torch.ones(1, 3)).sum()
+        (scaler.scale(loss) if scaler else loss).backward()
+        model.weight.grad.fill_(float("nan"))
+        assert not math.isfinite(float(apply_update(model, optimizer, scheduler, scaler, 1.0)))
+        assert all(torch.equal(a, b) for a, b in zip(state(), weights)) and model.weight.grad is None
+        assert scheduler.last_epoch == 2
+        unstep(scheduler)
+        assert scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == lr == scheduler.get_last_lr()[0]
+
+    drop()
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    for loss, grad in ((float("nan"), 1.0), (1.0, float("inf"))):
-        scaler.scale(model(torch.ones(1, 3)).sum()).backward()
-        model.weight.grad.fill_(grad)
-        before, scale = model.weight.detach().clone(), scaler.get_scale()
-        assert apply_update(model, optimizer, scheduler, scaler, 1.0, loss) is None
-        assert torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
-        assert (scaler.get_scale() < scale) == (grad != 1.0)  # the scale backs off on non-finite gradients
+    drop(scaler)
+    assert scaler.get_scale() < 1024.0  # the scale backs off on non-finite gradients
+    optimizer, scheduler = torch.optim.Adam(model.parameters(), foreach=True), None  # no found_inf
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 1.0)
+    model(torch.ones(1, 3)).sum().backward()
+    apply_update(model, optimizer, scheduler, None, 0.0)  # one real step, so that Adam has state
+    drop()
 
 
 @pytest.mark.slow
@@ -133,7 +152,7 @@ def test_compiled_objective_equals_eager(small_data):
         for objective in (LabelSmoothedObjective(model, 0.1), compiled):
             model.zero_grad()
             stats = train_step(objective, [batch])
-            results.append((stats.loss, [p.grad.clone() for p in model.parameters()]))
+            results.append((float(stats.loss), [p.grad.clone() for p in model.parameters()]))
         (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
         assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
         for a, b in zip(eager_grads, compiled_grads):

@@ -96,11 +96,16 @@ def init(timeout_minutes: float = 30.0) -> Context:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
         _init_process_group(backend, timeout, rank, world_size)
+        global _host_group
+        # Host numbers (token counts, stop flags) go through gloo: summed through NCCL they
+        # would have to be copied to the GPU and back, and the host would wait for its queue.
+        _host_group = dist.new_group(backend="gloo") if backend == "nccl" else None
     rank = dist.get_rank() if dist.is_initialized() else rank
     return Context(rank, world_size, local_rank, device)
 
 
 _joined = 0  # process groups this process has joined: one per job of a multirun sweep
+_host_group = None  # gloo beside NCCL, for numbers the host holds
 
 
 def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int) -> None:
@@ -125,8 +130,8 @@ def all_sum(values: List[float], context: Context) -> List[float]:
     """Element-wise sum over all processes (identity for one process)."""
     if not context.distributed:
         return list(values)
-    tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
-    dist.all_reduce(tensor)
+    tensor = torch.tensor(values, dtype=torch.float64)  # on the host: gloo (a second group beside NCCL)
+    dist.all_reduce(tensor, group=_host_group)
     return tensor.tolist()
 
 
@@ -136,5 +141,7 @@ def any_true(flag: bool, context: Context) -> bool:
 
 
 def shutdown() -> None:
+    global _host_group
+    _host_group = None
     if dist.is_initialized():
         dist.destroy_process_group()

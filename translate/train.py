@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch import nn
 
 from translate import checkpoint, distributed, flops, paths, resume
 from translate.config import TranslateConfig
-from translate.data.batching import Batch, BatchStream, collate
+from translate.data.batching import Batch, BatchStream, collate, to_device
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
@@ -36,8 +36,10 @@ log = logging.getLogger("translate.train")
 class StepStats:
     """Sums over the micro-batches of one update."""
 
-    loss: float = 0.0  # label-smoothed loss, summed over target tokens
-    nll: float = 0.0  # negative log-likelihood, summed over target tokens
+    # Label-smoothed loss and NLL, summed over target tokens: device tensors until read, so
+    # that an update never makes the host wait for the device (summed() reads them).
+    loss: Union[float, torch.Tensor] = 0.0
+    nll: Union[float, torch.Tensor] = 0.0
     target_tokens: int = 0
     padded_tokens: int = 0  # source + target positions, padding included
     real_tokens: int = 0  # source + target positions without padding
@@ -49,7 +51,7 @@ class StepStats:
     def summed(self, context: distributed.Context) -> "StepStats":
         """These sums over all processes."""
         names = ("loss", "nll", "target_tokens", "padded_tokens", "real_tokens")
-        values = distributed.all_sum([getattr(self, n) for n in names], context)
+        values = distributed.all_sum([float(getattr(self, n)) for n in names], context)
         return StepStats(*values[:2], *(int(v) for v in values[2:]))
 
     @property
@@ -88,13 +90,13 @@ def train_step(
     # DDP averages gradients over processes; multiplying by world_size turns that into the sum.
     scale = context.world_size / global_tokens
     stats = StepStats(target_tokens=local_tokens)
-    sums = []  # (2,) loss and NLL per micro-batch, read once at the end: one device sync per update
+    sums = []  # (2,) loss and NLL per micro-batch
     for i, batch in enumerate(batches):
         select, target = batch.real_targets()  # (N,) each, found on the host
         stats.padded_tokens += batch.padded_tokens
         stats.real_tokens += batch.real_tokens
         batch = batch.to(context.device)
-        select, target = select.to(context.device, non_blocking=True), target.to(context.device, non_blocking=True)
+        select, target = to_device(select, context.device), to_device(target, context.device)
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(objective, "no_sync") else objective.no_sync()
         with sync:
@@ -103,31 +105,46 @@ def train_step(
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         sums.append(torch.stack([loss.detach(), nll.detach()]))
-    stats.loss, stats.nll = torch.stack(sums).sum(0).tolist()
+    stats.loss, stats.nll = torch.stack(sums).sum(0).float().unbind()  # still on the device: not read here
     return stats
 
 
-def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float, loss: float) -> Optional[float]:
-    """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule.
-    Returns the gradient norm, or None (gradients dropped, nothing stepped, the fp16 scale
-    updated) where it or the loss is not finite; the gradients are all-reduced, so every
+def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float) -> torch.Tensor:
+    """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule,
+    all without making the host wait for the device (on a GPU, each wait idles it while the
+    host then queues the next update: a third of big's step time).
+
+    Returns the gradient norm, a device scalar to read later (Updates). Where it is not finite
+    (a non-finite loss gives non-finite gradients), the update was dropped on the device: the
+    fused optimizer's found_inf leaves weights, moments and step count as they were (fp16:
+    GradScaler does the same and lowers the scale). The schedule has advanced regardless; the
+    loop takes that back once it reads the norm. The gradients are all-reduced, so every
     process reaches the same verdict."""
     if scaler is not None:
         scaler.unscale_(optimizer)
-    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf))
-    if not math.isfinite(grad_norm) or not math.isfinite(loss):
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.update()
-        return None
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf)
     if scaler is not None:
-        scaler.step(optimizer)
+        scaler.step(optimizer)  # skips where gradients are not finite
         scaler.update()
-    else:
+    elif optimizer.param_groups[0].get("fused"):
+        optimizer.found_inf = (~torch.isfinite(grad_norm)).float()  # read by the fused kernel, on the device
+        optimizer.step()
+        del optimizer.found_inf
+    elif torch.isfinite(grad_norm):  # an optimizer without found_inf: the host must look
         optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return grad_norm
+    return grad_norm.detach()
+
+
+def unstep(scheduler) -> None:
+    """Take back one scheduler.step() (of an update that was dropped): the learning rate of the
+    next update is the one the dropped update had."""
+    scheduler.last_epoch -= 1
+    lrs = [base * scheduler.lr_lambdas[i](scheduler.last_epoch) for i, base in enumerate(scheduler.base_lrs)]
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    scheduler._last_lr = lrs
 
 
 def train(cfg: TranslateConfig) -> Path:
@@ -229,6 +246,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         and data position too) and a numbered copy of the weights (for averaging); numbered
         ones beyond checkpoint.keep_last are deleted."""
         nonlocal last_saved
+        settle()  # the weights hold every queued update: count them all
         last_saved = time.monotonic()
         states = resume.gather_process_states(context, batches)
         if not context.is_main:
@@ -242,15 +260,55 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)  # for averaging
         checkpoint.prune(run_dir, cfg.checkpoint.keep_last)
 
-    def save_due() -> bool:
+    def save_due(n: int) -> bool:
+        """Whether a checkpoint is due after update n."""
         minutes = cfg.checkpoint.every_minutes
-        return step % cfg.checkpoint.every_steps == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
+        return n % cfg.checkpoint.every_steps == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
 
     def stop_reason() -> Optional[str]:
         """A stop signal or time up, agreed by all processes so that none waits for the others."""
         seen = [float(stop_signal.received is not None), float(time.monotonic() >= deadline)]
         signal_seen, time_up = distributed.all_sum(seen, context)
         return "signal" if signal_seen else ("time" if time_up else None)
+
+    # Updates are read one behind: the loss sums and gradient norm of an update are read once
+    # the next one is queued, so the device always has work while the host waits for them.
+    # At a boundary (log, checkpoint, validation, the last update) the update is read at once.
+    pending: Optional[Tuple[StepStats, torch.Tensor, float]] = None  # queued, not yet read: stats, norm, lr
+    last_norm = last_lr = 0.0
+
+    def settle() -> None:
+        """Read the pending update: count it, or count it as dropped (non-finite)."""
+        nonlocal pending, step, skipped, nonfinite_in_a_row, last_norm, last_lr
+        if pending is None:
+            return
+        (stats, grad_norm, lr), pending = pending, None
+        norm = float(grad_norm)  # waits for the device up to that update only
+        if not math.isfinite(norm):
+            skipped += 1
+            nonfinite_in_a_row += 1
+            unstep(scheduler)
+            log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
+            if nonfinite_in_a_row >= cfg.train.max_nonfinite:
+                good = last_path if last_path.is_file() else "none yet"
+                raise TranslateError(
+                    f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
+                    f"last good checkpoint: {good}"
+                )
+            return
+        nonfinite_in_a_row = 0
+        step += 1
+        last_norm, last_lr = norm, lr
+        window.add(stats)
+        totals.add(stats)
+        if progress is not None:
+            progress.update(1)
+
+    def boundary(n: int) -> bool:
+        """Whether something happens after update n (so that it must be read at once)."""
+        every = lambda k: bool(k) and n % k == 0  # noqa: E731
+        return (n >= cfg.train.max_steps or every(cfg.train.log_every) or every(cfg.checkpoint.every_steps)
+                or every(cfg.valid.every_steps) or save_due(n))
 
     # The writer, the progress bar and the signal handlers are undone in the finally below,
     # however the loop ends.
@@ -261,6 +319,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         stop_signal = resume.StopSignals()
         while step < cfg.train.max_steps:
             reason = stop_reason()
+            if reason is not None:
+                settle()
             if reason == "time":
                 break
             if reason == "signal":
@@ -272,32 +332,23 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
             stats = train_step(wrapped, micro, context, autocast, scaler)
             lr = scheduler.get_last_lr()[0]
-            grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm, stats.loss)
-            if grad_norm is None:
-                skipped += 1
-                nonfinite_in_a_row += 1
-                log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
-                if nonfinite_in_a_row >= cfg.train.max_nonfinite:
-                    good = last_path if last_path.is_file() else "none yet"
-                    raise TranslateError(
-                        f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
-                        f"last good checkpoint: {good}"
-                    )
+            grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm)
+            settle()  # the previous update, while the device works on this one
+            pending = (stats, grad_norm, lr)
+            if not boundary(step + 1):
                 continue
-            nonfinite_in_a_row = 0
-            step += 1
-            window.add(stats)
-            totals.add(stats)
-            if progress is not None:
-                progress.update(1)
+            before = step
+            settle()
+            if step == before:  # dropped: nothing happened
+                continue
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
                 window = window.summed(context)
                 if context.is_main:
-                    _log_window(writer, step, lr, window, time.monotonic() - window_start, accounting)
-                    writer.add_scalar("train/grad_norm", grad_norm, step)
+                    _log_window(writer, step, last_lr, window, time.monotonic() - window_start, accounting)
+                    writer.add_scalar("train/grad_norm", last_norm, step)
                     writer.add_scalar("train/skipped_updates", skipped, step)
                 window, window_start = StepStats(), time.monotonic()
-            if save_due():
+            if save_due(step):
                 save()
             if cfg.valid.every_steps and step % cfg.valid.every_steps == 0 and data.valid is not None:
                 if validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
@@ -305,8 +356,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                     log.info(f"early stopping at update {step}: no better {cfg.valid.metric} in {cfg.valid.patience} validations")
                     break
     except KeyboardInterrupt:
-        log.info(f"interrupted at update {step}: saving {last_path}")
         save()
+        log.info(f"interrupted at update {step}: saved {last_path}")
         raise
     finally:
         if stop_signal is not None:

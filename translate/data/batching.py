@@ -12,6 +12,15 @@ from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import BOS, EOS, PAD
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor's copy on the device that does not make the host wait for the device: a
+    copy from pageable memory first waits for all queued device work, one from pinned memory
+    does not."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
 @dataclass
 class Batch:
     """Padded tensors of one batch; targets are teacher-forced (shifted right by one)."""
@@ -24,8 +33,7 @@ class Batch:
     def to(self, device: torch.device) -> "Batch":
         if self.src.device == device:
             return self
-        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.indices)
+        return Batch(to_device(self.src, device), to_device(self.tgt_in, device), to_device(self.tgt_out, device), self.indices)
 
     def real_targets(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Flat positions (N,) of the real target tokens in tgt_out viewed as (B*T,), and those
