@@ -83,11 +83,11 @@ def compose(tmp_path) -> Callable[..., object]:
     return _compose
 
 
-def run_cli(*args: str, cwd: Path = ROOT, check: bool = False) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = ROOT, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `python -m translate ARGS` as a user would."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     result = subprocess.run(
-        [sys.executable, "-m", "translate", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "translate", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     if check and result.returncode != 0:
         raise AssertionError(f"translate {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")

@@ -18,7 +18,7 @@ FAIRSEQ_SACREBLEU = 22.6
 def test_tiny_multi30k_in_15_minutes_matches_fairseq(tmp_path):
     need(MULTI30K)
     overrides = ["config=tiny", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
-    run_cli("train", *overrides, "train.max_minutes=15", check=True)
+    run_cli("train", *overrides, "train.max_minutes=15", check=True, timeout=1500)
     run_cli("decode", *overrides, check=True)
     result = run_cli("bleu", *overrides, "bleu.format=json", check=True)
     report = json.loads(result.stdout)
