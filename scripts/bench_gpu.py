@@ -12,9 +12,9 @@ tokens each): on one such GPU at 25k-token batches, and on 8 such GPUs at the pe
 an update (25000 / 8 tokens), assuming all-reduce is hidden behind the backward pass.
 
 Side by side: `--compile` (model and loss, as train.compile=true) or `--compile model` (the
-model alone); `--host-reads immediate` (the host waits for every update, as the loop did
-before it read updates one behind); `--profile PREFIX [--trace]` adds each kernel's device
-time (and the timeline) for three updates.
+model alone); `--host-reads lagged immediate`: as the loop reads updates (one behind), then,
+on the same model, with the host waiting for every update (as the loop did before);
+`--profile PREFIX [--trace]` adds each kernel's device time (and the timeline) for three updates.
 
     PYTHONPATH=. python scripts/bench_gpu.py                     # about 3 minutes on one H200
     PYTHONPATH=. python scripts/bench_gpu.py --device cpu --models tiny --tokens 2000 --steps 2 --warmup 1
@@ -42,7 +42,7 @@ from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.loss import LabelSmoothedObjective  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
-from translate.train import apply_update, train_step  # noqa: E402
+from translate.train import QueuedUpdate, apply_update, train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),
@@ -95,52 +95,55 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
 
-    pending = []  # the last update's loss and gradient norm, not yet read
+    pending = []  # the last update's outcome, not yet read
 
-    def update(i: int) -> None:  # as translate.train's loop, one micro-batch per update
+    def update(i: int, host_reads: str = "lagged") -> None:  # as translate.train's loop, one micro-batch per update
         stats = train_step(objective, [batches[i % len(batches)]], Context(device=device), autocast)
         grad_norm = apply_update(model, optimizer, scheduler, None, 0.0)
-        if args.host_reads == "immediate":  # the host waits for this update (the loop before 2026-11-29)
-            _ = float(stats.loss), float(grad_norm)
-        else:  # as the loop: the previous update is read once this one is queued
-            for value in pending:
-                float(value)
-            pending[:] = [stats.loss, grad_norm]
+        pending.append(QueuedUpdate(stats, grad_norm, 0.0))
+        # As the loop: the previous update is read once this one is queued; "immediate": the host
+        # waits for this update before queueing the next (what the loop did before 2026-11-29).
+        while len(pending) > (0 if host_reads == "immediate" else 1):
+            pending.pop(0).read()
 
     started = time.perf_counter()
     for i in range(args.warmup):
         update(i)
     synchronize(device)
     warmup_seconds = time.perf_counter() - started
-    start = time.perf_counter()
-    for i in range(args.steps):
-        update(i)
-    synchronize(device)
-    seconds = time.perf_counter() - start
     target = sum(batches[i % len(batches)].target_tokens for i in range(args.steps))
     real = sum(batches[i % len(batches)].real_tokens for i in range(args.steps))
     padded = sum(batches[i % len(batches)].padded_tokens for i in range(args.steps))
-    rate = target / seconds
     rows = sum(len(batches[i % len(batches)].indices) for i in range(args.steps))
     per_token = flops.flops_per_target_token(cfg, target / rows, target / rows)  # source as long as target
-    hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
-    record = dict(
-        measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile, host_reads=args.host_reads,
-        parameters=model.num_parameters(), tokens_per_batch=tokens, target_tokens_per_batch=round(target / args.steps),
-        padding=round(1 - real / padded, 3), steps=args.steps, warmup_s=round(warmup_seconds, 1),
-        target_tokens_per_s=round(rate), gflop_per_target_token=round(per_token / 1e9, 3),
-        mfu_measured_peak=round(rate * per_token / peaks["measured"], 3),
-        peak_memory_gb=round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
-    )
-    if "spec" in peaks:
-        record["mfu_spec_peak"] = round(rate * per_token / peaks["spec"], 3)
-    if PAPER_STEPS[name]:
-        if tokens >= PAPER_TOKENS_PER_UPDATE:  # one GPU does the whole update
-            record["projected_paper_hours_on_1"] = round(PAPER_STEPS[name] * hours_per_update, 1)
-        else:  # the per-GPU share of an update shared by 25000 / tokens GPUs
-            gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
-            record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
-    emit(**record)
+    rates = {}
+    for host_reads in args.host_reads:  # side by side, on the same compiled model
+        start = time.perf_counter()
+        for i in range(args.steps):
+            update(i, host_reads)
+        synchronize(device)
+        pending.clear()
+        rate = rates[host_reads] = target / (time.perf_counter() - start)
+        hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
+        record = dict(
+            measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile, host_reads=host_reads,
+            parameters=model.num_parameters(), tokens_per_batch=tokens, target_tokens_per_batch=round(target / args.steps),
+            padding=round(1 - real / padded, 3), steps=args.steps, warmup_s=round(warmup_seconds, 1),
+            target_tokens_per_s=round(rate), gflop_per_target_token=round(per_token / 1e9, 3),
+            mfu_measured_peak=round(rate * per_token / peaks["measured"], 3),
+            peak_memory_gb=round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
+        )
+        if "spec" in peaks:
+            record["mfu_spec_peak"] = round(rate * per_token / peaks["spec"], 3)
+        if PAPER_STEPS[name]:
+            if tokens >= PAPER_TOKENS_PER_UPDATE:  # one GPU does the whole update
+                record["projected_paper_hours_on_1"] = round(PAPER_STEPS[name] * hours_per_update, 1)
+            else:  # the per-GPU share of an update shared by 25000 / tokens GPUs
+                gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
+                record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
+        if host_reads != args.host_reads[0]:
+            record[f"ratio_to_{args.host_reads[0]}"] = round(rate / rates[args.host_reads[0]], 3)
+        emit(**record)
     if args.profile:
         profile(update, args, device, f"{args.profile}.{name}.{tokens}.{args.compile or 'eager'}")
 
@@ -189,9 +192,9 @@ def main() -> None:
                         help="torch.compile the model and loss together (train.compile=true), or the model alone")
     parser.add_argument("--profile", metavar="PREFIX", help="also profile 3 updates; kernel tables to PREFIX.<model>.<tokens>.<mode>.txt")
     parser.add_argument("--trace", action="store_true", help="with --profile, also write the timeline (PREFIX...json.gz)")
-    parser.add_argument("--host-reads", default="lagged", choices=["lagged", "immediate"],
+    parser.add_argument("--host-reads", nargs="+", default=["lagged"], choices=["lagged", "immediate"],
                         help="read each update's loss and gradient norm once the next is queued (as the loop does), "
-                             "or at once, making the host wait for the device every update")
+                             "or at once, making the host wait for the device every update; both: side by side")
     parser.add_argument("--spec-tflops", type=float, default=989.0, help="datasheet dense peak (H100/H200 SXM bf16)")
     args = parser.parse_args()
     device = torch.device(args.device)

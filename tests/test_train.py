@@ -116,11 +116,11 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     def state():
         return [t.clone() for p in model.parameters() for t in (p.detach(), *optimizer.state[p].values())]
 
-    def drop(scaler=None):
+    def drop(scaler=None, gradient=float("nan")):
         lr, weights = optimizer.param_groups[0]["lr"], state()
         loss = model(torch.ones(1, 3)).sum()
         (scaler.scale(loss) if scaler else loss).backward()
-        model.weight.grad.fill_(float("nan"))
+        model.weight.grad.fill_(gradient)
         assert not math.isfinite(float(apply_update(model, optimizer, scheduler, scaler, 1.0)))
         assert all(torch.equal(a, b) for a, b in zip(state(), weights)) and model.weight.grad is None
         assert scheduler.last_epoch == 2
@@ -131,6 +131,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     drop(scaler)
     assert scaler.get_scale() < 1024.0  # the scale backs off on non-finite gradients
+    drop(scaler, gradient=1e38)  # every gradient finite, their norm not: dropped as well
     optimizer, scheduler = torch.optim.Adam(model.parameters(), foreach=True), None  # no found_inf
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 1.0)
     model(torch.ones(1, 3)).sum().backward()

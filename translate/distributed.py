@@ -99,7 +99,7 @@ def init(timeout_minutes: float = 30.0) -> Context:
         global _host_group
         # Host numbers (token counts, stop flags) go through gloo: summed through NCCL they
         # would have to be copied to the GPU and back, and the host would wait for its queue.
-        _host_group = dist.new_group(backend="gloo") if backend == "nccl" else None
+        _host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     rank = dist.get_rank() if dist.is_initialized() else rank
     return Context(rank, world_size, local_rank, device)
 

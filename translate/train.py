@@ -10,9 +10,10 @@ import logging
 import math
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Deque, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -32,12 +33,36 @@ from translate.validate import Tracker, dev_sentences, validate
 log = logging.getLogger("translate.train")
 
 
+class QueuedUpdate:
+    """One queued update's outcome on its way to the host: its gradient norm and loss sums are
+    copied into pinned memory right behind the update's own work, with an event that waits for
+    that copy alone. (A plain .item() would also wait for every update queued after it.)"""
+
+    def __init__(self, stats: "StepStats", grad_norm: torch.Tensor, lr: float):
+        self.stats, self.lr = stats, lr
+        values = torch.stack([grad_norm.float().reshape(()), stats.loss.float(), stats.nll.float()])  # (3,)
+        if values.is_cuda:
+            self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
+            self.host.copy_(values, non_blocking=True)
+            self.ready: Optional[torch.cuda.Event] = torch.cuda.Event()
+            self.ready.record()
+        else:
+            self.host, self.ready = values, None
+
+    def read(self) -> Tuple[float, float, float]:
+        """(gradient norm, loss sum, NLL sum); waits for the device up to this update only."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        norm, loss, nll = self.host.tolist()
+        return norm, loss, nll
+
+
 @dataclass
 class StepStats:
     """Sums over the micro-batches of one update."""
 
-    # Label-smoothed loss and NLL, summed over target tokens: device tensors until read, so
-    # that an update never makes the host wait for the device (summed() reads them).
+    # Label-smoothed loss and NLL, summed over target tokens: device tensors until the loop
+    # reads them (QueuedUpdate), so that an update never makes the host wait for the device.
     loss: Union[float, torch.Tensor] = 0.0
     nll: Union[float, torch.Tensor] = 0.0
     target_tokens: int = 0
@@ -111,35 +136,37 @@ def train_step(
 
 def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float) -> torch.Tensor:
     """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule,
-    all without making the host wait for the device (on a GPU, each wait idles it while the
-    host then queues the next update: a third of big's step time).
+    all without making the host wait for the device (on a GPU each wait idles it while the
+    host then queues the next update: a quarter to a third of big's step time).
 
-    Returns the gradient norm, a device scalar to read later (Updates). Where it is not finite
-    (a non-finite loss gives non-finite gradients), the update was dropped on the device: the
-    fused optimizer's found_inf leaves weights, moments and step count as they were (fp16:
-    GradScaler does the same and lowers the scale). The schedule has advanced regardless; the
-    loop takes that back once it reads the norm. The gradients are all-reduced, so every
-    process reaches the same verdict."""
+    Returns the gradient norm, a device scalar for the loop to read later (QueuedUpdate).
+    Where it is not finite (a non-finite loss gives non-finite gradients), the update is
+    dropped on the device: the fused optimizer's found_inf leaves weights, moments and step
+    count as they were; fp16's loss scale then backs off. The schedule has advanced
+    regardless; the loop takes that back (unstep) once it reads the norm. The gradients are
+    all-reduced, so every process reaches the same verdict."""
     if scaler is not None:
-        scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)  # also records, for scaler.update(), whether gradients overflowed
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf)
-    if scaler is not None:
-        scaler.step(optimizer)  # skips where gradients are not finite
-        scaler.update()
-    elif optimizer.param_groups[0].get("fused"):
+    # The norm, not only the gradients, decides: it can overflow where every gradient is finite.
+    if optimizer.param_groups[0].get("fused"):
         optimizer.found_inf = (~torch.isfinite(grad_norm)).float()  # read by the fused kernel, on the device
         optimizer.step()
         del optimizer.found_inf
     elif torch.isfinite(grad_norm):  # an optimizer without found_inf: the host must look
         optimizer.step()
+    if scaler is not None:
+        scaler.update()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm.detach()
 
 
 def unstep(scheduler) -> None:
-    """Take back one scheduler.step() (of an update that was dropped): the learning rate of the
-    next update is the one the dropped update had."""
+    """Take back the scheduler.step() of a dropped update: the next update queued gets the
+    learning rate the dropped one had. (The loop learns of a drop one update late, so the
+    update queued in between runs one schedule step ahead: a relative difference of at most
+    1 / warmup_steps, once per dropped update.)"""
     scheduler.last_epoch -= 1
     lrs = [base * scheduler.lr_lambdas[i](scheduler.last_epoch) for i, base in enumerate(scheduler.base_lrs)]
     for group, lr in zip(scheduler.optimizer.param_groups, lrs):
@@ -271,38 +298,38 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
         signal_seen, time_up = distributed.all_sum(seen, context)
         return "signal" if signal_seen else ("time" if time_up else None)
 
-    # Updates are read one behind: the loss sums and gradient norm of an update are read once
-    # the next one is queued, so the device always has work while the host waits for them.
-    # At a boundary (log, checkpoint, validation, the last update) the update is read at once.
-    pending: Optional[Tuple[StepStats, torch.Tensor, float]] = None  # queued, not yet read: stats, norm, lr
+    # Updates are read one behind: an update's gradient norm and loss sums are read once the
+    # next update is queued, so the device always has work while the host waits for them. At a
+    # boundary (log, checkpoint, validation, the last update) the update is read at once.
+    queued: Deque[QueuedUpdate] = deque()
     last_norm = last_lr = 0.0
 
-    def settle() -> None:
-        """Read the pending update: count it, or count it as dropped (non-finite)."""
-        nonlocal pending, step, skipped, nonfinite_in_a_row, last_norm, last_lr
-        if pending is None:
-            return
-        (stats, grad_norm, lr), pending = pending, None
-        norm = float(grad_norm)  # waits for the device up to that update only
-        if not math.isfinite(norm):
-            skipped += 1
-            nonfinite_in_a_row += 1
-            unstep(scheduler)
-            log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
-            if nonfinite_in_a_row >= cfg.train.max_nonfinite:
-                good = last_path if last_path.is_file() else "none yet"
-                raise TranslateError(
-                    f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
-                    f"last good checkpoint: {good}"
-                )
-            return
-        nonfinite_in_a_row = 0
-        step += 1
-        last_norm, last_lr = norm, lr
-        window.add(stats)
-        totals.add(stats)
-        if progress is not None:
-            progress.update(1)
+    def settle(keep: int = 0) -> None:
+        """Read the queued updates but the newest `keep`: count each, or count it as dropped."""
+        nonlocal step, skipped, nonfinite_in_a_row, last_norm, last_lr
+        while len(queued) > keep:
+            norm, loss, nll = queued[0].read()  # interrupted here, the queue is as it was
+            update = queued.popleft()
+            if not math.isfinite(norm):
+                skipped += 1
+                nonfinite_in_a_row += 1
+                unstep(scheduler)
+                log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
+                if nonfinite_in_a_row >= cfg.train.max_nonfinite:
+                    good = last_path if last_path.is_file() else "none yet"
+                    raise TranslateError(
+                        f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
+                        f"last good checkpoint: {good}"
+                    )
+                continue
+            nonfinite_in_a_row = 0
+            step += 1
+            last_norm, last_lr = norm, update.lr
+            update.stats.loss, update.stats.nll = loss, nll
+            window.add(update.stats)
+            totals.add(update.stats)
+            if progress is not None:
+                progress.update(1)
 
     def boundary(n: int) -> bool:
         """Whether something happens after update n (so that it must be read at once)."""
@@ -333,8 +360,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             stats = train_step(wrapped, micro, context, autocast, scaler)
             lr = scheduler.get_last_lr()[0]
             grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm)
-            settle()  # the previous update, while the device works on this one
-            pending = (stats, grad_norm, lr)
+            queued.append(QueuedUpdate(stats, grad_norm, lr))
+            settle(keep=1)  # the previous update, while the device works on this one
             if not boundary(step + 1):
                 continue
             before = step
