@@ -6,7 +6,7 @@ import pytest
 import torch
 from dataclasses import replace
 
-from tests.conftest import MULTI30K, SMALL, need
+from tests.conftest import MULTI30K, SMALL, need, run_cli
 from translate.data.batching import collate, token_batches
 from translate.data.cache import prepare
 from translate.model import Transformer
@@ -158,3 +158,15 @@ def test_compiled_objective_equals_eager(small_data):
         assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
         for a, b in zip(eager_grads, compiled_grads):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_zero_periods_mean_never(tmp_path):
+    """train.log_every=0, checkpoint.every_steps=0 and valid.every_steps=0: no logging, periodic
+    checkpoint or validation (they divided by zero), and one checkpoint at the end."""
+    need(MULTI30K)
+    overrides = SMALL[:-2] + ["train.max_steps=3", "train.log_every=0", "checkpoint.every_steps=0", "valid.every_steps=0",
+                              f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    result = run_cli("train", *overrides)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint_*.pt")) == ["checkpoint_3.pt", "checkpoint_last.pt"]
+

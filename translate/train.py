@@ -261,20 +261,22 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     if resumed is not None:
         resume.restore_process_state(resumed, context, batches, tracker)
     dev = dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
-    nonfinite_in_a_row = skipped = 0
+    nonfinite_in_a_row = 0
+    skipped = int(resumed.get("skipped_updates", 0)) if resumed is not None else 0  # over the whole run
     started = time.monotonic()
     deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
     window, window_start, totals = StepStats(), started, StepStats()
 
     last_saved = time.monotonic()
+    saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
 
     def save() -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
         and data position too) and a numbered copy of the weights (for averaging); numbered
         ones beyond checkpoint.keep_last are deleted."""
-        nonlocal last_saved
+        nonlocal last_saved, saved_at
         settle()  # the weights hold every queued update: count them all
-        last_saved = time.monotonic()
+        last_saved, saved_at = time.monotonic(), step
         states = resume.gather_process_states(context, batches)
         if not context.is_main:
             return
@@ -290,7 +292,8 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     def save_due(n: int) -> bool:
         """Whether a checkpoint is due after update n."""
         minutes = cfg.checkpoint.every_minutes
-        return n % cfg.checkpoint.every_steps == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
+        every = cfg.checkpoint.every_steps  # 0: by time only
+        return bool(every) and n % every == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
 
     def stop_reason() -> Optional[str]:
         """A stop signal or time up, agreed by all processes so that none waits for the others."""
@@ -333,9 +336,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
 
     def boundary(n: int) -> bool:
         """Whether something happens after update n (so that it must be read at once)."""
-        every = lambda k: bool(k) and n % k == 0  # noqa: E731
-        return (n >= cfg.train.max_steps or every(cfg.train.log_every) or every(cfg.checkpoint.every_steps)
-                or every(cfg.valid.every_steps) or save_due(n))
+        return n >= cfg.train.max_steps or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps) or save_due(n)
 
     # The writer, the progress bar and the signal handlers are undone in the finally below,
     # however the loop ends.
@@ -368,7 +369,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             settle()
             if step == before:  # dropped: nothing happened
                 continue
-            if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
+            if _every(step, cfg.train.log_every) or step == cfg.train.max_steps:
                 window = window.summed(context)
                 if context.is_main:
                     _log_window(writer, step, last_lr, window, time.monotonic() - window_start, accounting)
@@ -377,7 +378,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
                 window, window_start = StepStats(), time.monotonic()
             if save_due(step):
                 save()
-            if cfg.valid.every_steps and step % cfg.valid.every_steps == 0 and data.valid is not None:
+            if _every(step, cfg.valid.every_steps) and data.valid is not None:
                 if validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
                     save()
                     log.info(f"early stopping at update {step}: no better {cfg.valid.metric} in {cfg.valid.patience} validations")
@@ -393,7 +394,9 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             progress.close()
         if writer is not None:
             writer.close()
-    save()
+    settle()
+    if saved_at != step:  # early stopping, say, has just saved
+        save()
     elapsed = time.monotonic() - started
     totals = totals.summed(context)
     if totals.target_tokens:
@@ -402,6 +405,11 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
             f"padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; checkpoint {last_path}"
         )
     return last_path
+
+
+def _every(n: int, period: int) -> bool:
+    """Whether something done every `period` updates (0: never) is due after update n."""
+    return bool(period) and n % period == 0
 
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
