@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GPU training throughput of base and big (bf16, synthetic tokens): one JSON line per measurement.
 
-Needs only torch (and numpy, sentencepiece): it drives translate.train.train_step, the
+Needs only torch (and numpy, sentencepiece): it drives translate.step.train_step, the
 optimizer and the schedule directly, without Hydra or datasets, so it runs on a bare GPU
 machine with PYTHONPATH pointing at this repository.
 
@@ -42,7 +42,7 @@ from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.loss import LabelSmoothedObjective  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
-from translate.train import QueuedUpdate, apply_update, train_step  # noqa: E402
+from translate.step import QueuedUpdate, apply_update, train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),

@@ -35,7 +35,7 @@ from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
 from translate.loss import LabelSmoothedObjective  # noqa: E402
-from translate.train import apply_update, train_step  # noqa: E402
+from translate.step import apply_update, train_step  # noqa: E402
 
 
 def emit(**record) -> None:

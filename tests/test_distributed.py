@@ -60,7 +60,7 @@ def _gradient_worker(rank, port, overrides, results):
     from translate.data.cache import prepare
     from translate.model import Transformer
     from translate.loss import LabelSmoothedObjective
-    from translate.train import train_step
+    from translate.step import train_step
 
     context = distributed.init()
     try:

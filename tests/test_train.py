@@ -12,7 +12,8 @@ from translate.data.cache import prepare
 from translate.model import Transformer
 from translate.optim import build_optimizer
 from translate.loss import LabelSmoothedObjective
-from translate.train import batch_plan, train, train_step
+from translate.step import batch_plan, train_step
+from translate.train import train
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     learning rate the dropped update had."""
     from translate.config import OptimConfig
     from translate.optim import build_optimizer
-    from translate.train import apply_update, unstep
+    from translate.step import apply_update, unstep
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

@@ -77,6 +77,7 @@ def _submitit_launch() -> Optional[Launch]:
 
 def init(timeout_minutes: float = 30.0) -> Context:
     """Join the process group torchrun or submitit describes (if any) and pick this process's device."""
+    global _host_group
     timeout = timedelta(minutes=timeout_minutes)
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
@@ -96,7 +97,6 @@ def init(timeout_minutes: float = 30.0) -> Context:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
         _init_process_group(backend, timeout, rank, world_size)
-        global _host_group
         # Host numbers (token counts, stop flags) go through gloo: summed through NCCL they
         # would have to be copied to the GPU and back, and the host would wait for its queue.
         _host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None

@@ -5,7 +5,6 @@ Knows nothing of Hydra: takes the typed TranslateConfig.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import sys
@@ -13,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Deque, Dict, List, Optional, Tuple, Union
+from typing import Deque, Dict, Optional
 
 import numpy as np
 import torch
@@ -21,157 +20,17 @@ from torch import nn
 
 from translate import checkpoint, distributed, flops, paths, resume
 from translate.config import TranslateConfig
-from translate.data.batching import Batch, BatchStream, collate, to_device
+from translate.data.batching import BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
 from translate.loss import LabelSmoothedObjective
 from translate.model import Transformer
 from translate.optim import build_optimizer
+from translate.step import QueuedUpdate, StepStats, apply_update, batch_plan, train_step, unstep
 from translate.validate import Tracker, dev_sentences, validate
 
 log = logging.getLogger("translate.train")
-
-
-class QueuedUpdate:
-    """One queued update's outcome on its way to the host: its gradient norm and loss sums are
-    copied into pinned memory right behind the update's own work, with an event that waits for
-    that copy alone. (A plain .item() would also wait for every update queued after it.)"""
-
-    def __init__(self, stats: "StepStats", grad_norm: torch.Tensor, lr: float):
-        self.stats, self.lr = stats, lr
-        values = torch.stack([grad_norm.float().reshape(()), stats.loss.float(), stats.nll.float()])  # (3,)
-        if values.is_cuda:
-            self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
-            self.host.copy_(values, non_blocking=True)
-            self.ready: Optional[torch.cuda.Event] = torch.cuda.Event()
-            self.ready.record()
-        else:
-            self.host, self.ready = values, None
-
-    def read(self) -> Tuple[float, float, float]:
-        """(gradient norm, loss sum, NLL sum); waits for the device up to this update only."""
-        if self.ready is not None:
-            self.ready.synchronize()
-        norm, loss, nll = self.host.tolist()
-        return norm, loss, nll
-
-
-@dataclass
-class StepStats:
-    """Sums over the micro-batches of one update."""
-
-    # Label-smoothed loss and NLL, summed over target tokens: device tensors until the loop
-    # reads them (QueuedUpdate), so that an update never makes the host wait for the device.
-    loss: Union[float, torch.Tensor] = 0.0
-    nll: Union[float, torch.Tensor] = 0.0
-    target_tokens: int = 0
-    padded_tokens: int = 0  # source + target positions, padding included
-    real_tokens: int = 0  # source + target positions without padding
-
-    def add(self, other: "StepStats") -> None:
-        for name in ("loss", "nll", "target_tokens", "padded_tokens", "real_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def summed(self, context: distributed.Context) -> "StepStats":
-        """These sums over all processes."""
-        names = ("loss", "nll", "target_tokens", "padded_tokens", "real_tokens")
-        values = distributed.all_sum([float(getattr(self, n)) for n in names], context)
-        return StepStats(*values[:2], *(int(v) for v in values[2:]))
-
-    @property
-    def padding(self) -> float:
-        """Share of padded positions among all source and target positions."""
-        return 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
-
-
-def batch_plan(tokens_per_update: int, tokens_per_batch: int, world_size: int = 1) -> Tuple[int, int]:
-    """(tokens per micro-batch, micro-batches per process per update), so that an update holds
-    about tokens_per_update tokens whatever the number of processes: the per-process batch
-    shrinks to tokens_per_update / world_size where tokens_per_batch is larger (the paper's
-    25k-token update on 8 GPUs: 3,125 each), and batches accumulate where it is smaller."""
-    per_batch = min(tokens_per_batch, math.ceil(tokens_per_update / world_size))
-    return per_batch, max(1, math.ceil(tokens_per_update / (per_batch * world_size)))
-
-
-def train_step(
-    objective: nn.Module,
-    batches: List[Batch],
-    context: distributed.Context = distributed.Context(),
-    autocast: Optional[torch.autocast] = None,
-    scaler: Optional["torch.amp.GradScaler"] = None,
-) -> StepStats:
-    """Forward and backward over this process's micro-batches of one update.
-
-    objective: (src, tgt_in, select, target) -> summed loss and NLL, a LabelSmoothedObjective,
-    maybe compiled and wrapped in DistributedDataParallel.
-
-    The gradients end up as those of the loss summed over every target token of the update,
-    on all processes, divided by their number: as one large batch on one process, whatever
-    the split. Only the last micro-batch all-reduces gradients (DistributedDataParallel).
-    """
-    local_tokens = sum(b.target_tokens for b in batches)
-    global_tokens = distributed.all_sum([local_tokens], context)[0]
-    # DDP averages gradients over processes; multiplying by world_size turns that into the sum.
-    scale = context.world_size / global_tokens
-    stats = StepStats(target_tokens=local_tokens)
-    sums = []  # (2,) loss and NLL per micro-batch
-    for i, batch in enumerate(batches):
-        select, target = batch.real_targets()  # (N,) each, found on the host
-        stats.padded_tokens += batch.padded_tokens
-        stats.real_tokens += batch.real_tokens
-        batch = batch.to(context.device)
-        select, target = to_device(select, context.device), to_device(target, context.device)
-        last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(objective, "no_sync") else objective.no_sync()
-        with sync:
-            with autocast or contextlib.nullcontext():
-                loss, nll = objective(batch.src, batch.tgt_in, select, target)  # logits at real positions only
-            scaled = loss * scale
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        sums.append(torch.stack([loss.detach(), nll.detach()]))
-    stats.loss, stats.nll = torch.stack(sums).sum(0).float().unbind()  # still on the device: not read here
-    return stats
-
-
-def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float) -> torch.Tensor:
-    """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule,
-    all without making the host wait for the device (on a GPU each wait idles it while the
-    host then queues the next update: a quarter to a third of big's step time).
-
-    Returns the gradient norm, a device scalar for the loop to read later (QueuedUpdate).
-    Where it is not finite (a non-finite loss gives non-finite gradients), the update is
-    dropped on the device: the fused optimizer's found_inf leaves weights, moments and step
-    count as they were; fp16's loss scale then backs off. The schedule has advanced
-    regardless; the loop takes that back (unstep) once it reads the norm. The gradients are
-    all-reduced, so every process reaches the same verdict."""
-    if scaler is not None:
-        scaler.unscale_(optimizer)  # also records, for scaler.update(), whether gradients overflowed
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf)
-    # The norm, not only the gradients, decides: it can overflow where every gradient is finite.
-    if optimizer.param_groups[0].get("fused"):
-        optimizer.found_inf = (~torch.isfinite(grad_norm)).float()  # read by the fused kernel, on the device
-        optimizer.step()
-        del optimizer.found_inf
-    elif torch.isfinite(grad_norm):  # an optimizer without found_inf: the host must look
-        optimizer.step()
-    if scaler is not None:
-        scaler.update()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm.detach()
-
-
-def unstep(scheduler) -> None:
-    """Take back the scheduler.step() of a dropped update: the next update queued gets the
-    learning rate the dropped one had. (The loop learns of a drop one update late, so the
-    update queued in between runs one schedule step ahead: a relative difference of at most
-    1 / warmup_steps, once per dropped update.)"""
-    scheduler.last_epoch -= 1
-    lrs = [base * scheduler.lr_lambdas[i](scheduler.last_epoch) for i, base in enumerate(scheduler.base_lrs)]
-    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
-        group["lr"] = lr
-    scheduler._last_lr = lrs
 
 
 def train(cfg: TranslateConfig) -> Path:
@@ -292,8 +151,7 @@ def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
     def save_due(n: int) -> bool:
         """Whether a checkpoint is due after update n."""
         minutes = cfg.checkpoint.every_minutes
-        every = cfg.checkpoint.every_steps  # 0: by time only
-        return bool(every) and n % every == 0 or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
+        return _every(n, cfg.checkpoint.every_steps) or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
 
     def stop_reason() -> Optional[str]:
         """A stop signal or time up, agreed by all processes so that none waits for the others."""
