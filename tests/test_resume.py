@@ -124,6 +124,16 @@ def test_non_finite_updates_are_skipped_and_counted(tmp_path):
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
 
 
+def test_the_skipped_update_count_carries_over_a_resume(tmp_path):
+    need(MULTI30K)
+    first = train(tmp_path, "run", "train.max_steps=6", env=hook_env(tmp_path, NAN_LOSS.format(condition="len(calls) in (3, 4)")))
+    assert first.returncode == 0, first.stderr
+    resumed = train(tmp_path, "run", "train.max_steps=8")
+    assert resumed.returncode == 0, resumed.stderr
+    payload = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    assert payload["step"] == 8 and payload["skipped_updates"] == 2
+
+
 def test_repeated_non_finite_updates_stop_the_run_clearly(tmp_path):
     need(MULTI30K)
     env = hook_env(tmp_path, NAN_LOSS.format(condition="len(calls) > 6"))
