@@ -62,6 +62,11 @@ def test_collate_frames_source_and_teacher_forced_target():
     assert batch.tgt_in.tolist() == [[BOS, 30, PAD], [BOS, 40, 41]]
     assert batch.tgt_out.tolist() == [[30, EOS, PAD], [40, 41, EOS]]
     assert batch.target_tokens == 5 and batch.src.dtype == torch.int64
+    assert batch.real_tokens == 6 + 5 and batch.padded_tokens == 8 + 6
+    select, target = batch.real_targets()
+    # Written out by hand: rows of width 3, padding at flat position 2 only.
+    assert select.tolist() == [0, 1, 3, 4, 5] and target.tolist() == [30, EOS, 40, 41, EOS]
+    assert torch.equal(batch.tgt_out.flatten()[select], target)
 
 
 def test_pad_flat_equals_pad():

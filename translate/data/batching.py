@@ -37,14 +37,16 @@ class Batch:
 
     def real_targets(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Flat positions (N,) of the real target tokens in tgt_out viewed as (B*T,), and those
-        tokens (N,). Called on the host before .to(device), so that the device never has to
-        stop to tell how many there are (boolean indexing there would wait for it)."""
-        real = self.tgt_out != PAD  # (B, T)
-        return real.flatten().nonzero().squeeze(1), self.tgt_out[real]
+        tokens (N,). Found on the host before .to(device), so that the device never has to
+        stop to tell how many there are (boolean indexing there would wait for it); in numpy,
+        whose single thread takes a fifth of torch's time here (0.05 ms for 25k tokens)."""
+        tgt_out = self.tgt_out.numpy()  # (B, T), shares memory
+        select = np.flatnonzero(tgt_out != PAD)  # (N,)
+        return torch.from_numpy(select), torch.from_numpy(tgt_out.ravel()[select])
 
     @property
     def target_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum())
+        return int(np.count_nonzero(self.tgt_out.numpy() != PAD))
 
     @property
     def padded_tokens(self) -> int:
@@ -53,7 +55,7 @@ class Batch:
 
     @property
     def real_tokens(self) -> int:
-        return int((self.src != PAD).sum()) + self.target_tokens
+        return int(np.count_nonzero(self.src.numpy() != PAD)) + self.target_tokens
 
 
 def token_batches(
