@@ -5,7 +5,7 @@
 #      side by side with a host wait every update; base and big at the 8-GPU share (3,125).
 #   2. gpu_e2e.sh: the CLI on Multi30k: the demo's recipe (train bf16, decode, bleu), then
 #      config=base as it is (the paper's warmup) with train.compile=true under torchrun: its
-#      loss must fall well below the 6.5-6.7 where a base run with a third of the warmup stalled.
+#      loss must fall well below the 6.5-6.7 where base with a tenth of the warmup stalled.
 # Here, once: the wheel and data steps in gpu_e2e.sh's header. There (carry .whl and .devdata):
 #   bash scripts/gpu_check.sh $OUT
 OUTD=${1:?usage: gpu_check.sh OUT_DIR}

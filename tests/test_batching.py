@@ -67,6 +67,9 @@ def test_collate_frames_source_and_teacher_forced_target():
     # Written out by hand: rows of width 3, padding at flat position 2 only.
     assert select.tolist() == [0, 1, 3, 4, 5] and target.tolist() == [30, EOS, 40, 41, EOS]
     assert torch.equal(batch.tgt_out.flatten()[select], target)
+    src, tgt_in, *targets = batch.objective_inputs(torch.device("cpu"))
+    assert torch.equal(src, batch.src) and torch.equal(tgt_in, batch.tgt_in)
+    assert [t.tolist() for t in targets] == [[0, 1, 3, 4, 5], [30, EOS, 40, 41, EOS]]
 
 
 def test_pad_flat_equals_pad():

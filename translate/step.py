@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from translate import distributed
-from translate.data.batching import Batch, to_device
+from translate.data.batching import Batch
 
 
 class QueuedUpdate:
@@ -103,16 +103,14 @@ def train_step(
     stats = StepStats(target_tokens=local_tokens)
     sums = []  # (2,) loss and NLL per micro-batch
     for i, batch in enumerate(batches):
-        select, target = batch.real_targets()  # (N,) each, found on the host
         stats.padded_tokens += batch.padded_tokens
         stats.real_tokens += batch.real_tokens
-        batch = batch.to(context.device)
-        select, target = to_device(select, context.device), to_device(target, context.device)
+        inputs = batch.objective_inputs(context.device)  # src, tgt_in, select, target
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(objective, "no_sync") else objective.no_sync()
         with sync:
             with autocast or contextlib.nullcontext():
-                loss, nll = objective(batch.src, batch.tgt_in, select, target)  # logits at real positions only
+                loss, nll = objective(*inputs)  # logits at real positions only
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         sums.append(torch.stack([loss.detach(), nll.detach()]))

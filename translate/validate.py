@@ -12,7 +12,7 @@ from torch import nn
 
 from translate import checkpoint, distributed, paths
 from translate.config import TranslateConfig
-from translate.data.batching import collate, to_device, token_batches
+from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
@@ -30,11 +30,9 @@ def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, devic
     objective = LabelSmoothedObjective(model, label_smoothing)
     loss = nll = tokens = 0.0
     for indices in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed=0, epoch=0):
-        batch = collate(split, indices)
-        select, target = batch.real_targets()  # (N,) each, found on the host, as in train_step
-        batch, select, target = batch.to(device), to_device(select, device), to_device(target, device)
-        batch_loss, batch_nll = objective(batch.src, batch.tgt_in, select, target)
-        loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + len(target)
+        inputs = collate(split, indices).objective_inputs(device)  # src, tgt_in, select, target, as in train_step
+        batch_loss, batch_nll = objective(*inputs)
+        loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + len(inputs[-1])
     model.train(was_training)
     return {"loss": loss / tokens, "nll": nll / tokens}
 

@@ -30,19 +30,19 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
     indices: np.ndarray  # (B,) positions of the pairs in the split
 
-    def to(self, device: torch.device) -> "Batch":
-        if self.src.device == device:
-            return self
-        return Batch(to_device(self.src, device), to_device(self.tgt_in, device), to_device(self.tgt_out, device), self.indices)
-
     def real_targets(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Flat positions (N,) of the real target tokens in tgt_out viewed as (B*T,), and those
-        tokens (N,). Found on the host before .to(device), so that the device never has to
-        stop to tell how many there are (boolean indexing there would wait for it); in numpy,
-        whose single thread takes a fifth of torch's time here (0.05 ms for 25k tokens)."""
+        tokens (N,). Found on the host, so that the device never has to stop to tell how many
+        there are (boolean indexing there would wait for it); in numpy, single-threaded: 0.05 ms
+        against torch's 0.38 ms for 25k tokens (scripts/bench_data.py, real_targets)."""
         tgt_out = self.tgt_out.numpy()  # (B, T), shares memory
         select = np.flatnonzero(tgt_out != PAD)  # (N,)
         return torch.from_numpy(select), torch.from_numpy(tgt_out.ravel()[select])
+
+    def objective_inputs(self, device: torch.device) -> Tuple[torch.Tensor, ...]:
+        """What LabelSmoothedObjective takes, on the device: src (B, S), tgt_in (B, T), and the
+        real target positions and tokens (N,) each (real_targets; tgt_out itself stays here)."""
+        return tuple(to_device(t, device) for t in (self.src, self.tgt_in, *self.real_targets()))
 
     @property
     def target_tokens(self) -> int:
