@@ -1,5 +1,14 @@
-"""The one exception type that reaches the user as a single line (see cli.py)."""
+"""The exceptions that reach the user as a single line (see cli.py), and the kinds of them
+that code branches on."""
 
 
 class TranslateError(Exception):
     """A problem with the user's input, data or files: printed as one line, exit code 1."""
+
+
+class MissingSplit(TranslateError):
+    """The data has no such split (a dev or test set is optional for training)."""
+
+
+class MissingCheckpoint(TranslateError):
+    """No checkpoint at the path (a fresh run has none to resume from)."""
