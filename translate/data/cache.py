@@ -27,7 +27,7 @@ import numpy as np
 from translate.config import DataConfig, TranslateConfig
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.vocabulary import UNK, Vocabulary
-from translate.errors import TranslateError
+from translate.errors import MissingSplit, TranslateError
 
 FORMAT_VERSION = 2
 SIDES = ("src", "tgt")
@@ -177,10 +177,8 @@ def _optional_split(data: DataConfig, split: str) -> Optional[ParallelCorpus]:
     """The split if the data has it (dev and test sets are optional for training)."""
     try:
         return load_corpus(data, split)
-    except TranslateError as error:
-        if "has no split" in str(error) or "no files for split" in str(error):
-            return None
-        raise
+    except MissingSplit:
+        return None
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 from translate.config import DataConfig
-from translate.errors import TranslateError
+from translate.errors import MissingSplit, TranslateError
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
 
@@ -166,7 +166,7 @@ def _load_text(data: DataConfig, split: str) -> ParallelCorpus:
         raise TranslateError(f"unknown split '{split}' for plain text data (use train, validation or test)")
     prefix: Optional[str] = getattr(data, key)
     if prefix is None:
-        raise TranslateError(f"no files for split '{split}': set data.{key}=PREFIX")
+        raise MissingSplit(f"no files for split '{split}': set data.{key}=PREFIX")
     return TextCorpus(
         Path(f"{prefix}.{data.src_lang}"),
         Path(f"{prefix}.{data.tgt_lang}"),
@@ -189,7 +189,7 @@ def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
     except ValueError as error:
         message = str(error).splitlines()[0]
         if "split" in message.lower():
-            raise TranslateError(f"{description} has no split '{split}': {message}") from None
+            raise MissingSplit(f"{description} has no split '{split}': {message}") from None
         raise TranslateError(f"cannot load {description}: {message}") from None
     except Exception as error:  # network, missing hub id, bad config name: all user-facing
         raise TranslateError(f"cannot load {description}: {str(error).splitlines()[0]}") from None
