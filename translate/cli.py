@@ -25,9 +25,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from translate.config import TranslateConfig
+from translate.data.loading import if_local, local_or_hub
 from translate.errors import TranslateError
+from translate.paths import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
@@ -51,19 +52,6 @@ USAGE = (
     "  translate bleu config=base         # sacreBLEU of the decode\n"
     "  translate train config=tiny --cfg job   # print the composed configuration\n"
 )
-
-
-def _local_or_hub(local: str, hub: str) -> str:
-    """A local dataset folder when it exists (relative to the cwd or the project), else a hub id."""
-    for candidate in (Path(local), PROJECT_ROOT / local):
-        if candidate.is_dir():
-            return str(candidate)
-    return hub
-
-
-def _if_local(path: Optional[str], name: str) -> Optional[str]:
-    """The hub config name for a local folder; hub copies such as bentrevett/multi30k have none."""
-    return name if path and Path(path).is_dir() else None
 
 
 # Hydra overrides that keep a process from writing Hydra's files (.hydra/) and log file: every
@@ -101,8 +89,8 @@ def register() -> None:
     """Register resolvers and the typed schema with Hydra (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
-    OmegaConf.register_new_resolver("local_or_hub", _local_or_hub, replace=True)
-    OmegaConf.register_new_resolver("if_local", _if_local, replace=True)
+    OmegaConf.register_new_resolver("local_or_hub", local_or_hub, replace=True)
+    OmegaConf.register_new_resolver("if_local", if_local, replace=True)
     OmegaConf.register_new_resolver("sweep_job", _sweep_job, replace=True)
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
 

@@ -1,10 +1,13 @@
-"""Where each verb reads and writes inside run_dir, so that the verbs chain by default."""
+"""Where each verb reads and writes inside run_dir, so that the verbs chain by default; and the
+project root, where configs/ and local datasets are found."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from translate.config import TranslateConfig
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ and local datasets
 
 LAST_CHECKPOINT = "checkpoint_last.pt"  # everything needed to resume; rewritten at every save
 BEST_CHECKPOINT = "checkpoint_best.pt"  # the weights with the best dev metric (valid.metric)

@@ -11,6 +11,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from translate.config import DataConfig
 from translate.errors import MissingSplit, TranslateError
+from translate.paths import PROJECT_ROOT
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
 
@@ -147,6 +148,21 @@ def read_lines(path: str) -> List[str]:
         raise TranslateError(f"missing file: {path}")
     with open(file, "rb") as handle:
         return [_decode_line(raw, file, n) for n, raw in enumerate(handle, 1)]
+
+
+def local_or_hub(local: str, hub: str) -> str:
+    """${local_or_hub:} in configs/data: a local dataset folder when it exists (relative to the
+    cwd or the project), else a hub id."""
+    for candidate in (Path(local), PROJECT_ROOT / local):
+        if candidate.is_dir():
+            return str(candidate)
+    return hub
+
+
+def if_local(path: Optional[str], name: str) -> Optional[str]:
+    """${if_local:} in configs/data: the hub config name for a local folder; hub copies such as
+    bentrevett/multi30k have none."""
+    return name if path and Path(path).is_dir() else None
 
 
 # Split names that map onto the text group's prefixes.
