@@ -8,7 +8,7 @@ tables and the model drives it with its cached decoder step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Protocol, Sequence
+from typing import Callable, List, Protocol, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -69,51 +69,94 @@ def beam_search(
 
     for t in range(int(limit.max())):
         B = len(active)
-        log_probs = step(last, state)  # (B*R, V)
-        V = log_probs.size(-1)
-        if V < 2 * K:
-            raise ValueError(f"beam search needs at least 2 x beam_size ({2 * K}) tokens, not {V}")
-        candidates = log_probs.view(B, R, V) + scores[:, :, None]  # (B, R, V), a fresh tensor
-        if banned:
-            candidates[:, :, list(banned)] = float("-inf")
-        at_limit = limit <= t + 1  # (B,) only EOS may follow
-        if at_limit.any():
-            eos_column = candidates[at_limit, :, eos].clone()
-            candidates[at_limit] = float("-inf")
-            candidates[at_limit, :, eos] = eos_column
-        candidates = candidates.view(B, R * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B, 2K)
+        candidates = _continuations(step(last, state), scores, K, banned, limit <= t + 1, eos)  # (B, R, V)
+        V = candidates.size(-1)
+        top_scores, top_index = candidates.view(B, R * V).topk(2 * K, dim=1)  # (B, 2K)
         top_beam, top_token = top_index // V, top_index % V  # (B, 2K)
-        row_offsets = (torch.arange(B, device=device) * R)[:, None]  # (B, 1)
+        rows = (torch.arange(B, device=device) * R)[:, None] + top_beam  # (B, 2K) history row each extends
 
         # Finish EOS continuations that rank among the top K.
         is_eos = top_token == eos
-        finish = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
+        finish = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # (B, K)
         penalty = length_penalty(t + 1, alpha)
-        for b, j in finish.nonzero().tolist():
-            hypotheses = finished[int(active[b])]
-            if len(hypotheses) < K:
-                log_prob = float(top_scores[b, j])
-                row = int(row_offsets[b, 0] + top_beam[b, j])
-                hypotheses.append(Hypothesis(history[row].tolist(), log_prob, log_prob / penalty))
-        live = torch.tensor([len(finished[int(a)]) < K for a in active.tolist()], device=device)  # (B,)
+        live = _record_finished(finished, active, history, top_scores, rows, finish, penalty, K)  # (B,)
         if not bool(live.any()):
             break
 
-        # The best K non-EOS continuations of the unfinished sentences live on (there are
-        # always at least K); finished sentences leave the batch.
-        rank = torch.arange(2 * K, device=device).expand(B, 2 * K) + is_eos * (2 * K)
-        keep = rank.topk(K, dim=1, largest=False).indices[live]  # (B', K) positions among the 2K
-        scores = top_scores[live].gather(1, keep)  # (B', K)
-        origin = (row_offsets[live] + top_beam[live].gather(1, keep)).view(-1)  # (B'*K,) rows extended
-        last = top_token[live].gather(1, keep).view(-1)  # (B'*K,)
-        history = torch.cat([history.index_select(0, origin), last[:, None]], dim=1)
+        # The best K non-EOS continuations of the unfinished sentences live on; finished ones leave.
+        scores, origin, last = _survivors(top_scores, top_token, rows, is_eos, live, K)
+        history = torch.cat([history.index_select(0, origin), last[:, None]], dim=1)  # (B'*K, t+1)
         state = state.reorder(origin, K)  # K rows per sentence from the first step on
         active, limit, R = active[live], limit[live], K
 
     for hypotheses in finished:
         hypotheses.sort(key=lambda h: h.score, reverse=True)
     return finished
+
+
+def _continuations(
+    log_probs: Tensor, scores: Tensor, beam_size: int, banned: Sequence[int], at_limit: Tensor, eos: int
+) -> Tensor:
+    """Scores (B, R, V) of every one-token continuation of the B*R live hypotheses: their
+    scores (B, R) plus the step's log_probs (B*R, V), with the banned tokens at -inf and only
+    EOS left to the sentences at their length limit (at_limit, (B,))."""
+    B, R = scores.shape
+    V = log_probs.size(-1)
+    if V < 2 * beam_size:
+        raise ValueError(f"beam search needs at least 2 x beam_size ({2 * beam_size}) tokens, not {V}")
+    candidates = log_probs.view(B, R, V) + scores[:, :, None]  # (B, R, V), a fresh tensor
+    if banned:
+        candidates[:, :, list(banned)] = float("-inf")
+    _force_eos(candidates, at_limit, eos)
+    return candidates
+
+
+def _force_eos(candidates: Tensor, at_limit: Tensor, eos: int) -> None:
+    """In place: for the sentences at their length limit (at_limit, (B,)), every continuation
+    but EOS gets -inf in candidates (B, R, V), so that their hypotheses end now."""
+    if at_limit.any():
+        eos_column = candidates[at_limit, :, eos].clone()  # (B_limit, R), before it is overwritten
+        candidates[at_limit] = float("-inf")
+        candidates[at_limit, :, eos] = eos_column
+
+
+def _record_finished(
+    finished: List[List[Hypothesis]],
+    active: Tensor,
+    history: Tensor,
+    top_scores: Tensor,
+    rows: Tensor,
+    finish: Tensor,
+    penalty: float,
+    beam_size: int,
+) -> Tensor:
+    """Add the EOS continuations marked in finish (B, K) to their sentence's finished list
+    while it holds fewer than beam_size; returns which of the B sentences still need more (B,).
+
+    active (B,): each row group's sentence; history (B*R, t): the live hypotheses' tokens;
+    top_scores and rows (B, 2K): each continuation's score and the history row it extends."""
+    for b, j in finish.nonzero().tolist():
+        hypotheses = finished[int(active[b])]
+        if len(hypotheses) < beam_size:
+            log_prob = float(top_scores[b, j])
+            hypotheses.append(Hypothesis(history[int(rows[b, j])].tolist(), log_prob, log_prob / penalty))
+    return torch.tensor([len(finished[int(a)]) < beam_size for a in active.tolist()], device=active.device)
+
+
+def _survivors(
+    top_scores: Tensor, top_token: Tensor, rows: Tensor, is_eos: Tensor, live: Tensor, beam_size: int
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """The best K non-EOS continuations of each unfinished (live) sentence among its 2K best
+    (there are always at least K): their scores (B', K), the history rows they extend (B'*K,)
+    and their tokens (B'*K,). Finished sentences leave the batch."""
+    K = beam_size
+    B = top_scores.size(0)
+    rank = torch.arange(2 * K, device=live.device).expand(B, 2 * K) + is_eos * (2 * K)  # (B, 2K) EOS last
+    keep = rank.topk(K, dim=1, largest=False).indices[live]  # (B', K) positions among the 2K
+    scores = top_scores[live].gather(1, keep)  # (B', K)
+    origin = rows[live].gather(1, keep).view(-1)  # (B'*K,) rows extended
+    last = top_token[live].gather(1, keep).view(-1)  # (B'*K,)
+    return scores, origin, last
 
 
 @torch.no_grad()
