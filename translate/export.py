@@ -89,13 +89,24 @@ def _write_ctranslate2(translator, folder: Path) -> None:
     except ImportError:
         raise TranslateError("export.format=ctranslate2 needs the ctranslate2 package (pip install ctranslate2)") from None
 
-    from translate.model import PositionalEncoding
-
     model, cfg = translator.model, translator.model.cfg
     weights = {name: tensor.detach().float().cpu().numpy() for name, tensor in model.state_dict().items()}
     spec = specs.TransformerSpec.from_config(
         cfg.layers, cfg.heads, pre_norm=False, activation=specs.Activation.RELU
     )
+    _fill_embeddings(spec, weights, cfg)
+    _fill_layers(spec, weights)
+    _fill_vocabulary_and_config(spec, translator.vocabulary)
+    spec.validate()
+    spec.optimize(quantization=None)  # no quantization; stores the shared embedding once
+    spec.save(str(folder))
+    (folder / SENTENCEPIECE).write_bytes(translator.vocabulary.model_bytes)
+
+
+def _fill_embeddings(spec, weights: Dict[str, np.ndarray], cfg) -> None:
+    """The shared embedding (inputs of both stacks and the output projection) and our position table."""
+    from translate.model import PositionalEncoding
+
     embedding = weights["embedding.weight"][: cfg.vocab_size]  # (V, D) without padding rows, shared by inputs and output
     positions = PositionalEncoding(cfg.d_model, max_len=POSITIONS).table.numpy()  # interleaved sin/cos
     for stack in (spec.encoder, spec.decoder):
@@ -105,6 +116,10 @@ def _write_ctranslate2(translator, folder: Path) -> None:
     spec.decoder.embeddings.weight = embedding
     spec.decoder.projection.weight = embedding
     spec.decoder.projection.bias = np.zeros(embedding.shape[0], dtype=np.float32)  # we have none
+
+
+def _fill_layers(spec, weights: Dict[str, np.ndarray]) -> None:
+    """Every encoder and decoder layer: attention projections, feed-forward and layer norms."""
 
     def linear(layer, name: str) -> None:
         layer.weight, layer.bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
@@ -134,18 +149,17 @@ def _write_ctranslate2(translator, folder: Path) -> None:
         norm(layer.attention.layer_norm, f"{prefix}.sublayer.1.norm")
         feed_forward(layer.ffn, prefix, 2)
 
-    processor = translator.vocabulary.processor
-    pieces = [processor.id_to_piece(i) for i in range(len(translator.vocabulary))]
+
+def _fill_vocabulary_and_config(spec, vocabulary) -> None:
+    """Our sentencepiece pieces as both vocabularies, and the special tokens and settings our model assumes."""
+    processor = vocabulary.processor
+    pieces = [processor.id_to_piece(i) for i in range(len(vocabulary))]
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[UNK], pieces[BOS], pieces[EOS]
     spec.config.decoder_start_token = pieces[BOS]  # our decoder starts from BOS
     spec.config.add_source_eos = True  # our sources end with EOS
     spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default, stated rather than left to CTranslate2
-    spec.validate()
-    spec.optimize(quantization=None)  # no quantization; stores the shared embedding once
-    spec.save(str(folder))
-    (folder / SENTENCEPIECE).write_bytes(translator.vocabulary.model_bytes)
 
 
 def ctranslate2_translate(

@@ -113,7 +113,7 @@ class MultiHeadAttention(nn.Module):
 def attend_few(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V written out, for the few query positions of incremental
     decoding: q (B, H, T, K), k and v (B, H, S, K), mask (B, 1, 1, S) True where allowed.
-    On CPUs this is 2-5x faster than the fused kernel at these shapes (which it equals)."""
+    On CPUs this beats the fused kernel at these small shapes, and computes the same."""
     scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
