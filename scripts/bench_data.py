@@ -55,8 +55,8 @@ def replicate(pairs, n: int, folder: Path) -> Path:
 # Runs in a fresh process, so that its peak memory is the preparation's alone.
 PREPARE = """
 import json, resource, sys, time
-from translate.cli import load_config
 from translate.data.cache import prepare
+from translate.hydra_cli import load_config
 cfg = load_config("prepare", sys.argv[1:])
 start = time.perf_counter()
 data = prepare(cfg.data, log=lambda _: None)

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from translate.cli import load_config  # noqa: E402
 from translate.data.loading import load_corpus  # noqa: E402
 from translate.decode import Translator  # noqa: E402
+from translate.hydra_cli import load_config  # noqa: E402
 from translate.score import corpus_bleu  # noqa: E402
 
 

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from translate import flops  # noqa: E402
-from translate.cli import load_config  # noqa: E402
 from translate.data.batching import collate, pad, token_batches  # noqa: E402
 from translate.data.cache import prepare  # noqa: E402
 from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
+from translate.hydra_cli import load_config  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
 from translate.loss import LabelSmoothedObjective  # noqa: E402

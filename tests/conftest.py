@@ -74,7 +74,7 @@ def cache(tmp_path_factory) -> str:
 @pytest.fixture
 def compose(tmp_path) -> Callable[..., object]:
     """Compose a verb's real config with overrides, writing under tmp_path."""
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
 
     def _compose(verb: str = "train", *overrides: str):
         base = [f"run_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}"]

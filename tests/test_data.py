@@ -174,7 +174,7 @@ def test_an_existing_sentencepiece_model_wins_over_vocab_size(compose, tmp_path)
 
 
 def _prepare_in_process(overrides, queue):
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
 
     logs = []
     data = prepare(load_config("train", overrides).data, log=logs.append)

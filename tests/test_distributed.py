@@ -55,7 +55,7 @@ def test_two_processes_equal_one_process_with_accumulation(tmp_path):
 def _gradient_worker(rank, port, overrides, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
     from translate import distributed
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
     from translate.data.batching import collate, token_batches
     from translate.data.cache import prepare
     from translate.model import Transformer

@@ -7,7 +7,7 @@ from tests.conftest import MULTI30K, SMALL, free_port, need
 
 
 def _worker(rank, world_size, port, overrides, results):
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
     from translate.data.cache import prepare
     from translate.data.batching import BatchStream
 

@@ -46,7 +46,7 @@ def test_submitit_slurm_preset_asks_for_one_task_per_gpu(tmp_path, monkeypatch):
     from hydra.core.utils import setup_globals
     from hydra.types import HydraContext
 
-    from translate.cli import CONFIG_DIR, quiet_hydra_warnings, register
+    from translate.hydra_cli import CONFIG_DIR, quiet_hydra_warnings, register
 
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -92,7 +92,7 @@ def test_sweep_under_torchrun_gives_each_job_its_run_dir_and_leaves_nothing_behi
 
 def test_a_sweep_job_run_dir_is_a_plain_override(compose):
     """decode and bleu take a sweep job's folder as run_dir=..., unquoted."""
-    from translate.cli import sweep_job_dir
+    from translate.hydra_cli import sweep_job_dir
 
     folder = sweep_job_dir("optim.lr_scale:2+train.seed:3")
     assert folder == "optim.lr_scale:2+train.seed:3"
@@ -103,7 +103,7 @@ def test_a_sweep_job_run_dir_is_a_plain_override(compose):
 
 
 def test_sweep_folders_name_only_the_swept_keys():
-    from translate.cli import _sweep_overrides
+    from translate.hydra_cli import _sweep_overrides
 
     assert _sweep_overrides(["config=tiny", "optim.lr_scale=1,2"]) == []  # not a multirun
     (excluded,) = _sweep_overrides(["-m", "config=tiny", "data.path=/x/y", "optim.lr_scale=1,2", "model=tiny,base",
@@ -112,7 +112,7 @@ def test_sweep_folders_name_only_the_swept_keys():
 
 
 def test_added_overrides_stay_beside_the_users():
-    from translate.cli import with_overrides
+    from translate.hydra_cli import with_overrides
 
     assert with_overrides(["-m", "a=1,2", "--cfg", "hydra"], ["x=1"]) == ["-m", "x=1", "a=1,2", "--cfg", "hydra"]
     assert with_overrides(["--cfg", "job"], ["x=1"]) == ["--cfg", "job", "x=1"]

@@ -11,7 +11,7 @@ Hydra instantiates launchers only from the hydra_plugins namespace package, and 
 module in it at start-up: this one is small, and imports submitit only inside a task.
 configs/hydra/launcher/submitit_{slurm,local}.yaml select these classes: they shadow the
 plugin's own configs of those names and are validated against the plugin's schemas (Hydra's
-automatic schema matching, whose deprecation warning cli.quiet_hydra_warnings silences).
+automatic schema matching, whose deprecation warning hydra_cli.quiet_hydra_warnings silences).
 """
 
 from typing import Dict, List
@@ -23,7 +23,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 
 def task_overrides(sweep_overrides: List[str], rank: int) -> List[str]:
     """This task's overrides: rank 0 writes Hydra's outputs, the others do not."""
-    from translate.cli import HYDRA_QUIET
+    from translate.hydra_cli import HYDRA_QUIET
 
     return list(sweep_overrides) + (HYDRA_QUIET if rank > 0 else [])
 
@@ -35,7 +35,7 @@ class _RankAware:
                  singleton_state: Dict[type, Singleton]) -> JobReturn:
         import submitit
 
-        from translate.cli import quiet_hydra_warnings, register
+        from translate.hydra_cli import quiet_hydra_warnings, register
 
         register()  # translate's resolvers, for this job's config
         quiet_hydra_warnings()
