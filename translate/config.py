@@ -1,14 +1,66 @@
 """Typed configuration schema: one dataclass per config group.
 
-Hydra validates every composed config against these classes, so an unknown key or a value
-of the wrong type fails at start-up with a message naming the key. Nothing here imports
-Hydra; cli.py registers the schema.
+The dataclasses are the schema and every default: the YAML files in configs/ state only
+what differs from them. Hydra validates every composed config against these classes, so an
+unknown key, a value of the wrong type or outside an enumeration (the Choice enums below),
+and a broken rule between settings (__post_init__) fail at start-up with one line naming the
+key. Nothing here imports Hydra; hydra_cli.py registers the schema.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+class Choice(str, enum.Enum):
+    """A setting with a fixed set of lowercase values: OmegaConf refuses any other, naming
+    the allowed ones. Equal to its value as a string, and printed as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class VocabType(Choice):
+    """sentencepiece's model_type for the joint vocabulary."""
+
+    bpe = "bpe"  # byte-pair encoding (the paper's EN-DE)
+    unigram = "unigram"  # unigram language model (word pieces, as the paper's EN-FR)
+
+
+class Precision(Choice):
+    auto = "auto"  # bf16 on GPUs, fp32 on CPUs
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"  # with loss scaling
+
+
+class ValidMetric(Choice):
+    loss = "loss"  # lower is better
+    bleu = "bleu"  # higher is better; needs valid.bleu_sentences
+
+
+class BleuFormat(Choice):
+    text = "text"
+    json = "json"
+
+
+class ExportFormat(Choice):
+    ctranslate2 = "ctranslate2"
+
+
+def to_plain(cfg: Any) -> Dict[str, Any]:
+    """A config dataclass as nested dicts of plain values (Choice members become their
+    strings): what checkpoints keep, so that loading them needs no class of ours."""
+
+    def plain(items):
+        return {key: value.value if isinstance(value, enum.Enum) else value for key, value in items}
+
+    return asdict(cfg, dict_factory=plain)
 
 
 @dataclass
@@ -46,7 +98,7 @@ class DataConfig:
     src_lang: str = "en"  # source language code (column or file suffix)
     tgt_lang: str = "de"  # target language code
     vocab_size: int = 37000  # joint sentencepiece vocabulary size (tokens)
-    vocab_type: str = "bpe"  # sentencepiece model_type: bpe or unigram
+    vocab_type: VocabType = VocabType.bpe  # sentencepiece model_type: bpe or unigram
     vocab_sample: int = 2_000_000  # at most this many sentences (a seeded random sample) train the vocabulary
     spm_model: Optional[str] = None  # an existing sentencepiece model to use instead (wins over vocab_size)
     train: Optional[str] = None  # plain text: file prefix, reads PREFIX.<src_lang>, PREFIX.<tgt_lang>
@@ -82,7 +134,7 @@ class TrainConfig:
     seed: int = 1  # seeds weights, dropout and batch order
     log_every: int = 10  # updates between TensorBoard/log lines
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
-    precision: str = "auto"  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
+    precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
     compile: bool = False  # torch.compile the model (worth it for long GPU runs)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
     max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
@@ -103,9 +155,13 @@ class ValidConfig:
     """Validation on the dev split (newstest2013 for WMT14) during training."""
 
     every_steps: int = 1000  # updates between validations; 0 disables
-    metric: str = "loss"  # loss or bleu: which one chooses checkpoint_best.pt (and early stopping)
+    metric: ValidMetric = ValidMetric.loss  # loss or bleu: which one chooses checkpoint_best.pt (and early stopping)
     bleu_sentences: int = 0  # dev sentences translated (greedy) for BLEU at each validation; 0: no BLEU
     patience: int = 0  # stop after this many validations without improvement; 0: never
+
+    def __post_init__(self) -> None:
+        if self.metric == ValidMetric.bleu and self.bleu_sentences < 1:
+            raise ValueError("valid.metric=bleu needs valid.bleu_sentences > 0 (dev sentences to translate)")
 
 
 @dataclass
@@ -128,6 +184,12 @@ class DecodeConfig:
     top_p: float = 1.0  # sample within the smallest set of tokens whose probability reaches p
     seed: int = 1  # seeds sampling
 
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.nbest < 1 or self.nbest > self.beam_size:
+            raise ValueError(f"decode.nbest ({self.nbest}) must be between 1 and decode.beam_size ({self.beam_size})")
+        if self.sampling and self.temperature <= 0:
+            raise ValueError(f"decode.temperature ({self.temperature}) must be positive")
+
 
 @dataclass
 class BleuConfig:
@@ -137,14 +199,18 @@ class BleuConfig:
     ref: Optional[str] = None  # references; default: the reference decode wrote beside it
     baseline: Optional[str] = None  # a second system's translations: paired bootstrap test against hyp
     bootstrap_samples: int = 1000  # resamples of the paired bootstrap test
-    format: str = "text"  # text (readable lines) or json (one object with every score)
+    format: BleuFormat = BleuFormat.text  # text (readable lines) or json (one object with every score)
+
+    def __post_init__(self) -> None:
+        if self.bootstrap_samples < 1:
+            raise ValueError(f"bleu.bootstrap_samples={self.bootstrap_samples}: must be at least 1")
 
 
 @dataclass
 class ExportConfig:
     """Conversion of a checkpoint to a production inference engine."""
 
-    format: str = "ctranslate2"  # only ctranslate2 for now
+    format: ExportFormat = ExportFormat.ctranslate2  # only ctranslate2 for now
     output: Optional[str] = None  # folder to write; default <run_dir>/export/<format>
     checkpoint: Optional[str] = None  # default: the checkpoint decode would use
 

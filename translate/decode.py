@@ -114,12 +114,9 @@ def write_lines(path: Path, lines: Sequence[str]) -> None:
 
 
 def search_options(cfg: TranslateConfig) -> dict:
-    """The decode.* settings that shape the search, as Translator.search() keywords."""
+    """The decode.* settings that shape the search, as Translator.search() keywords (their
+    rules are checked at start-up: DecodeConfig)."""
     d = cfg.decode
-    if d.beam_size < 1 or d.nbest < 1 or d.nbest > max(d.beam_size, 1):
-        raise TranslateError(f"decode.nbest ({d.nbest}) must be between 1 and decode.beam_size ({d.beam_size})")
-    if d.sampling and d.temperature <= 0:
-        raise TranslateError(f"decode.temperature ({d.temperature}) must be positive")
     return dict(
         beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
         tokens_per_batch=d.tokens_per_batch, sampling=d.sampling, temperature=d.temperature,

@@ -24,7 +24,6 @@ from translate.errors import TranslateError
 
 log = logging.getLogger("translate.export")
 
-FORMATS = ("ctranslate2",)
 MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
 SENTENCEPIECE = "sentencepiece.model"
 POSITIONS = 2048  # rows of the exported position table: CTranslate2 cannot grow it as we do
@@ -37,8 +36,6 @@ def output_dir(cfg: TranslateConfig) -> Path:
 
 def export(cfg: TranslateConfig) -> Path:
     """Export the checkpoint decode would use (or export.checkpoint); returns the folder."""
-    if cfg.export.format not in FORMATS:
-        raise TranslateError(f"unknown export.format '{cfg.export.format}' (choose from {', '.join(FORMATS)})")
     output = output_dir(cfg)
     if output.exists() and not _replaceable(output):
         raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
@@ -51,7 +48,7 @@ def export(cfg: TranslateConfig) -> Path:
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
         _write_ctranslate2(translator, staging)
-        marker = {"format": cfg.export.format, "checkpoint": str(source.resolve()), "languages": list(translator.languages or [])}
+        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()), "languages": list(translator.languages or [])}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException:

@@ -19,7 +19,6 @@ from translate.config import TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError
 
-FORMATS = ("text", "json")
 SEED = 12345  # the paired bootstrap's resampling seed (sacreBLEU's own default)
 # `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'` works on UTF-8 bytes: \S is any byte but ASCII
 # whitespace, so one match may end inside a character and the next start in it ("ü-ä-ö" splits
@@ -205,10 +204,6 @@ def bleu(cfg: TranslateConfig) -> float:
     """Print the scoring report of bleu.hyp (default: decode's output) against bleu.ref
     (bleu.format=text or json) and return its sacreBLEU."""
     settings = cfg.bleu
-    if settings.format not in FORMATS:
-        raise TranslateError(f"bleu.format={settings.format!r}: choose from {', '.join(FORMATS)}")
-    if settings.bootstrap_samples < 1:
-        raise TranslateError(f"bleu.bootstrap_samples={settings.bootstrap_samples}: must be at least 1")
     hyp = Path(settings.hyp) if settings.hyp else paths.decode_output(cfg)
     ref = Path(settings.ref) if settings.ref else paths.decode_reference(cfg)
     if not hyp.is_file():
