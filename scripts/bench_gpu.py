@@ -83,7 +83,7 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     model = Transformer(cfg, pad_id=PAD).to(device)
-    optimizer, scheduler = build_optimizer(model, OptimConfig(), cfg.d_model)
+    optimizer, schedule = build_optimizer(model, OptimConfig(), cfg.d_model, args.warmup + args.steps, device)
     objective = LabelSmoothedObjective(model, 0.1)
     if args.compile == "objective":  # as train.compile=true: the model and its loss, one graph
         objective = torch.compile(objective, dynamic=True)
@@ -99,8 +99,8 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
 
     def update(i: int, host_reads: str = "lagged") -> None:  # as translate.train's loop, one micro-batch per update
         stats = train_step(objective, [batches[i % len(batches)]], Context(device=device), autocast)
-        grad_norm = apply_update(model, optimizer, scheduler, None, 0.0)
-        pending.append(QueuedUpdate(stats, grad_norm, 0.0))
+        grad_norm, lr = apply_update(model, optimizer, schedule, None, 0.0)
+        pending.append(QueuedUpdate(stats, grad_norm, lr))
         # As the loop: the previous update is read once this one is queued; "immediate": the host
         # waits for this update before queueing the next (what the loop did before 2026-11-29).
         while len(pending) > (0 if host_reads == "immediate" else 1):

@@ -109,12 +109,12 @@ def main() -> None:
     emit(measurement="matmul_peak", gflops=round(peak, 1), threads=args.threads)
 
     model = Transformer(model_cfg)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, model_cfg.d_model)
+    optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, n)
     objective = LabelSmoothedObjective(model, cfg.train.label_smoothing)
 
     def our_step(batch):
         stats = train_step(objective, [batch])
-        apply_update(model, optimizer, scheduler, None, cfg.optim.clip_norm)  # as the training loop
+        apply_update(model, optimizer, schedule, None, cfg.optim.clip_norm)  # as the training loop
         return stats.target_tokens
 
     seconds, tokens = time_steps(our_step, ours, args.warmup)

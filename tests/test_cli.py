@@ -65,6 +65,13 @@ def test_second_train_resumes_and_a_changed_model_is_refused(trained_run):
     one_line_error(run_cli("train", *trained_run, "model.d_model=64"), "different model", "d_model 32 != 64")
 
 
+def test_a_resume_with_changed_optimizer_or_schedule_settings_is_refused(trained_run):
+    """The saved schedule would jump: each changed setting is named, and init_from offered."""
+    result = run_cli("train", *trained_run, "optim.warmup_steps=21", "optim.lr_scale=2", "train.max_steps=40")
+    one_line_error(result, "optim.warmup_steps=21 (saved: 20)", "optim.lr_scale=2.0 (saved: 1.0)", "train.init_from=")
+    assert "resuming" not in result.stderr
+
+
 def test_decode_without_checkpoint(tmp_path):
     one_line_error(run_cli("decode", *SMALL, f"run_dir={tmp_path}/empty"), "no checkpoint at", "checkpoint_last.pt")
 

@@ -8,30 +8,97 @@ import torch.nn.functional as F
 
 from translate.config import OptimConfig
 from translate.loss import label_smoothed_nll
-from translate.optim import build_optimizer, noam_lr
+from translate.optim import build_optimizer
+from translate.schedule import InverseSquareRootSchedule
+
+
+def noam(step: int, d_model: int = 512, warmup: int = 4000, scale: float = 1.0) -> float:
+    """The paper's formula (section 5.3), written out again as the reference."""
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 @pytest.mark.parametrize("step", [1, 4000, 8000])
-def test_noam_lr_equals_the_formula(step):
-    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
-    assert noam_lr(step, 512, 4000) == pytest.approx(expected, rel=1e-12)
+def test_rate_equals_the_formula(step):
+    assert InverseSquareRootSchedule(512, 4000).rate_at(step) == noam(step)
 
 
-def test_noam_lr_values_by_hand():
-    assert noam_lr(1, 512, 4000) == pytest.approx(1 / math.sqrt(512) / 4000**1.5)
-    assert noam_lr(4000, 512, 4000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(4000))  # the peak
-    assert noam_lr(8000, 512, 4000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(8000))
-    assert noam_lr(4000, 512, 4000, lr_scale=2.0) == pytest.approx(2 / math.sqrt(512) / math.sqrt(4000))
+def test_rate_values_by_hand():
+    schedule = InverseSquareRootSchedule(512, 4000)
+    assert schedule.rate_at(1) == pytest.approx(1 / math.sqrt(512) / 4000**1.5)
+    assert schedule.rate_at(4000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(4000))  # the peak
+    assert schedule.rate_at(8000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(8000))
+    assert InverseSquareRootSchedule(512, 4000, lr_scale=2.0).rate_at(4000) == pytest.approx(2 / math.sqrt(512) / math.sqrt(4000))
+
+
+def test_the_device_rate_of_every_update_is_the_formula_exactly():
+    schedule = InverseSquareRootSchedule(512, 10, updates=30)
+    for update in range(1, 35):  # past the table: its last rate
+        assert schedule.rate().item() == noam(min(update, 31), 512, 10)
+        schedule.step()
+
+
+def test_taking_a_step_back_restores_the_exact_rate():
+    schedule = InverseSquareRootSchedule(256, 7, updates=20)
+    rates = []
+    for _ in range(9):
+        rates.append(schedule.rate().item())
+        schedule.step()
+    for expected in reversed(rates):
+        schedule.step_back()
+        assert schedule.rate().item() == expected
+    schedule.step_back(torch.tensor(False))  # a device flag that is not set takes nothing back
+    assert schedule.rate().item() == rates[0]
+
+
+def test_a_dropped_update_leaves_the_schedule_where_it_was():
+    schedule = InverseSquareRootSchedule(512, 10, updates=20)
+    schedule.step()
+    before = schedule.rate().item()
+    schedule.step(dropped=torch.tensor(True))  # flagged on the device: not counted
+    assert schedule.rate().item() == before and schedule.state_dict()["applied"] == 1
+    schedule.step(dropped=torch.tensor(False))
+    assert schedule.rate().item() == noam(3, 512, 10)
+
+
+def test_schedule_state_round_trip_and_the_old_lambdalr_state():
+    schedule = InverseSquareRootSchedule(512, 10, updates=20)
+    for _ in range(5):
+        schedule.step()
+    restored = InverseSquareRootSchedule(512, 10, updates=20)
+    restored.load_state_dict(schedule.state_dict())
+    assert restored.rate().item() == schedule.rate().item() == noam(6, 512, 10)
+    # Checkpoints written before the schedule class held a LambdaLR's state: its last_epoch
+    # counted the updates applied.
+    optimizer = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: noam(done + 1, 512, 10))
+    for _ in range(5):
+        optimizer.step()
+        lambda_lr.step()
+    old = InverseSquareRootSchedule(512, 10, updates=20)
+    old.load_state_dict(lambda_lr.state_dict())
+    assert old.rate().item() == optimizer.param_groups[0]["lr"]
 
 
 def test_optimizer_follows_the_schedule_update_by_update():
-    model = torch.nn.Linear(4, 4)
-    optimizer, scheduler = build_optimizer(model, OptimConfig(warmup_steps=10), d_model=512)
+    """Adam's step at the schedule's rate equals torch's Adam given that rate by hand."""
+    torch.manual_seed(0)
+    model, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    reference.load_state_dict(model.state_dict())
+    optimizer, schedule = build_optimizer(model, OptimConfig(warmup_steps=10), d_model=512, updates=30)
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    plain = torch.optim.Adam(reference.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
     for update in range(1, 25):
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(noam_lr(update, 512, 10))
-        optimizer.step()
-        scheduler.step()
+        x = torch.randn(3, 4)
+        for net in (model, reference):
+            net(x).square().sum().backward()
+        assert schedule.rate().item() == noam(update, 512, 10)
+        plain.param_groups[0]["lr"] = noam(update, 512, 10)
+        optimizer.update(schedule.rate(), torch.tensor(False))
+        schedule.step()
+        plain.step()
+        for net, opt in ((model, optimizer), (reference, plain)):
+            opt.zero_grad()
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
 
 
 def test_label_smoothed_loss_by_hand():

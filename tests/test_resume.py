@@ -60,6 +60,31 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path):
     assert a["optimizer"]["state"][0]["exp_avg"].equal(b["optimizer"]["state"][0]["exp_avg"])
 
 
+def test_a_checkpoint_written_before_the_schedule_class_resumes_exactly(tmp_path):
+    """Such checkpoints hold a LambdaLR's state (whose last_epoch counted the applied updates):
+    resumed, they end bit for bit where an uninterrupted run does."""
+    need(MULTI30K)
+    from translate.schedule import InverseSquareRootSchedule
+
+    assert train(tmp_path, "straight", "train.max_steps=9").returncode == 0
+    assert train(tmp_path, "old", "train.max_steps=5").returncode == 0
+    path = tmp_path / "old" / "checkpoint_last.pt"
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    schedule = InverseSquareRootSchedule(32, 20)
+    optimizer = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: schedule.rate_at(done + 1))
+    for _ in range(payload["step"]):
+        optimizer.step()
+        lambda_lr.step()
+    payload["scheduler"] = lambda_lr.state_dict()
+    torch.save(payload, path)
+    resumed = train(tmp_path, "old", "train.max_steps=9")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = (checkpoint.load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "old"))
+    assert a["step"] == b["step"] == 9
+    assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])
+
+
 def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     need(MULTI30K)
     hook = """

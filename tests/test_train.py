@@ -10,9 +10,10 @@ from tests.conftest import MULTI30K, SMALL, need, run_cli
 from translate.data.batching import collate, token_batches
 from translate.data.cache import prepare
 from translate.model import Transformer
+from translate.config import OptimConfig
 from translate.optim import build_optimizer
 from translate.loss import LabelSmoothedObjective
-from translate.step import batch_plan, train_step
+from translate.step import apply_update, batch_plan, train_step
 from translate.train import train
 
 
@@ -27,7 +28,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
     cfg, data = small_data
     torch.manual_seed(0)
     model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
-    optimizer, scheduler = build_optimizer(model, replace(cfg.optim, warmup_steps=10), cfg.model.d_model)
+    optimizer, schedule = build_optimizer(model, replace(cfg.optim, warmup_steps=10), cfg.model.d_model, 40)
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 1500, seed=1, epoch=0)
     held_out = collate(data.train, batches[0])
 
@@ -41,9 +42,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
     before = held_out_loss()
     for indices in batches[1:41]:
         train_step(LabelSmoothedObjective(model, 0.1), [collate(data.train, indices)])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
+        apply_update(model, optimizer, schedule, None, 0.0)
     after = held_out_loss()
     assert after < before - 1.0, (before, after)
 
@@ -97,46 +96,46 @@ def test_max_steps_writes_a_self_describing_checkpoint(compose):
 
 
 def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
-    """A finite update steps the optimizer and the schedule; non-finite gradients leave the
-    weights, Adam's moments and step count as they were (fused found_inf, GradScaler, or the
-    host check of other optimizers), lower the fp16 loss scale, and unstep restores the
-    learning rate the dropped update had."""
-    from translate.config import OptimConfig
-    from translate.optim import build_optimizer
-    from translate.step import apply_update, unstep
+    """A finite update steps the optimizer and the schedule; non-finite gradients (or finite
+    ones whose norm overflows) leave the weights, Adam's moments and step count, and the
+    schedule as they were (the fused kernel's found_inf, GradScaler, or the host check of
+    other optimizers), and lower the fp16 loss scale."""
+    from translate.optim import Adam
+    from translate.schedule import InverseSquareRootSchedule
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
-    optimizer, scheduler = build_optimizer(model, OptimConfig(), 4)
+    optimizer, schedule = build_optimizer(model, OptimConfig(), 4, 10)
     assert optimizer.param_groups[0]["fused"]  # the device-side drop is what is tested first
     model(torch.ones(1, 3)).sum().backward()
     before = model.weight.detach().clone()
-    assert math.isfinite(float(apply_update(model, optimizer, scheduler, None, 0.0)))
-    assert not torch.equal(model.weight, before) and scheduler.last_epoch == 1 and model.weight.grad is None
+    first_rate = schedule.rate().item()
+    norm, lr = apply_update(model, optimizer, schedule, None, 0.0)
+    assert math.isfinite(float(norm)) and lr.item() == first_rate
+    assert not torch.equal(model.weight, before) and schedule.state_dict()["applied"] == 1 and model.weight.grad is None
 
     def state():
         return [t.clone() for p in model.parameters() for t in (p.detach(), *optimizer.state[p].values())]
 
     def drop(scaler=None, gradient=float("nan")):
-        lr, weights = optimizer.param_groups[0]["lr"], state()
+        rate, weights = schedule.rate().item(), state()
         loss = model(torch.ones(1, 3)).sum()
         (scaler.scale(loss) if scaler else loss).backward()
         model.weight.grad.fill_(gradient)
-        assert not math.isfinite(float(apply_update(model, optimizer, scheduler, scaler, 1.0)))
+        norm, lr = apply_update(model, optimizer, schedule, scaler, 1.0)
+        assert not math.isfinite(float(norm)) and lr.item() == rate
         assert all(torch.equal(a, b) for a, b in zip(state(), weights)) and model.weight.grad is None
-        assert scheduler.last_epoch == 2
-        unstep(scheduler)
-        assert scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == lr == scheduler.get_last_lr()[0]
+        assert schedule.state_dict()["applied"] == 1 and schedule.rate().item() == rate  # where it was
 
     drop()
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     drop(scaler)
     assert scaler.get_scale() < 1024.0  # the scale backs off on non-finite gradients
     drop(scaler, gradient=1e38)  # every gradient finite, their norm not: dropped as well
-    optimizer, scheduler = torch.optim.Adam(model.parameters(), foreach=True), None  # no found_inf
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 1.0)
+    optimizer = Adam(model.parameters(), lr=0.0, foreach=True)  # no found_inf: the host checks
+    schedule = InverseSquareRootSchedule(4, 4000, updates=10)
     model(torch.ones(1, 3)).sum().backward()
-    apply_update(model, optimizer, scheduler, None, 0.0)  # one real step, so that Adam has state
+    apply_update(model, optimizer, schedule, None, 0.0)  # one real step, so that Adam has state
     drop()
 
 

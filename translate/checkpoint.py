@@ -2,7 +2,9 @@
 
 Contract (tools rely on it): torch.load gives a dict with `model` (a plain state_dict, no
 `module.` or compile prefixes), `model_config` (ModelConfig fields), `vocabulary` (the
-sentencepiece model's bytes), `step`, and for resuming `optimizer`, `scheduler`, `config`.
+sentencepiece model's bytes), `languages`, `step` (all built by `weights`), and for resuming
+`optimizer` (torch's Adam state), `scheduler` (the schedule's applied updates and settings),
+`config` (the whole configuration as plain values), `processes`, `valid`, `skipped_updates`.
 """
 
 from __future__ import annotations
@@ -20,24 +22,19 @@ from torch import nn
 
 from translate import paths
 from translate.config import ModelConfig, TranslateConfig
-from translate.errors import TranslateError
+from translate.errors import MissingCheckpoint, TranslateError
 
 log = logging.getLogger("translate.checkpoint")
 
 REQUIRED = ("model", "model_config", "vocabulary", "step")
 
 
-def plain_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
-    """The model's weights without DistributedDataParallel or torch.compile wrappers."""
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
-        model = getattr(model, "module", None) or getattr(model, "_orig_mod")
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-
-
 def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: bytes, languages: List[str], step: int) -> Dict[str, Any]:
-    """What decoding needs: weights, model config, sentencepiece model, languages, update."""
-    return {"model": plain_state_dict(model), "model_config": asdict(model_cfg), "vocabulary": vocabulary,
-            "languages": list(languages), "step": step}
+    """What decoding needs: weights (of the plain model, never a DistributedDataParallel or
+    compiled wrapper, whose names differ), model config, sentencepiece model, languages, update."""
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    return {"model": state, "model_config": asdict(model_cfg), "vocabulary": vocabulary, "languages": list(languages),
+            "step": step}
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
@@ -61,7 +58,7 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
 def load(path: Path) -> Dict[str, Any]:
     """Read and validate a checkpoint; any problem is one TranslateError line."""
     if not path.is_file():
-        raise TranslateError(f"no checkpoint at {path}")
+        raise MissingCheckpoint(f"no checkpoint at {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Dict, Optional
 
 import torch
 
@@ -46,3 +48,45 @@ def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, second
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@dataclass
+class Accounting:
+    """What the training logs report about compute: model FLOPs per target token at the
+    corpus's average lengths, the measured peak of all processes, and the FLOPs done so far."""
+
+    flops_per_token: float
+    peak_flops: float  # FLOP/s of all processes together; 0 where not measured
+    paper_compute: Optional[float]  # the paper's training FLOPs for this model size (Table 2)
+    device: torch.device
+    done: float = 0.0  # model FLOPs of this run so far
+
+    @classmethod
+    def measure(cls, cfg: ModelConfig, src_len: float, tgt_len: float, device: torch.device, dtype: torch.dtype,
+                processes: int, main: bool) -> "Accounting":
+        """FLOPs per token at these average lengths (EOS included) and the device's peak in
+        `dtype`, measured on the main process only (the others would measure it alike)."""
+        peak = matmul_peak(device, dtype, seconds=0.5) if main else 0.0
+        paper = PAPER_COMPUTE.get(cfg.d_model) if cfg.layers == 6 else None
+        return cls(flops_per_target_token(cfg, src_len, tgt_len), peak * processes, paper, device)
+
+    def window(self, target_tokens: int, seconds: float) -> Dict[str, float]:
+        """Throughput, MFU, memory and compute of the target tokens trained in `seconds`."""
+        rate = target_tokens / seconds
+        self.done += target_tokens * self.flops_per_token
+        metrics = {
+            "target_tokens_per_s": rate,
+            "mfu": rate * self.flops_per_token / self.peak_flops if self.peak_flops else 0.0,
+            "peak_memory_gb": self.peak_memory_gb(),
+            "model_flops": self.done,
+        }
+        if self.paper_compute:
+            metrics["paper_compute_share"] = self.done / self.paper_compute
+        return metrics
+
+    def peak_memory_gb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**30
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB -> GB

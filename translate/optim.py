@@ -1,34 +1,61 @@
-"""Adam with the paper's learning-rate schedule (section 5.3)."""
+"""Adam (paper, section 5.3) whose update can be dropped on the device, with the paper's schedule."""
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.optim.adam import adam
 
 from translate.config import OptimConfig
+from translate.schedule import InverseSquareRootSchedule
 
 
-def noam_lr(step: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> float:
-    """lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), step >= 1."""
-    step = max(step, 1)
-    return lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+class Adam(torch.optim.Adam):
+    """torch's Adam (its fused kernel where the device has one, else foreach), stepped by
+    `update(lr, dropped)`: the learning rate is a device scalar from the schedule, and a
+    dropped update (a device flag) leaves weights, moments and step counts as they were,
+    without the host reading anything. State and state_dict are torch's own."""
+
+    @torch.no_grad()
+    def update(self, lr: Tensor, dropped: Tensor) -> None:
+        """One step of every parameter with a gradient. lr: () the rate; dropped: () bool."""
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            states = [self._state(p, group["fused"]) for p in params]
+            beta1, beta2 = group["betas"]
+            tensors = ([p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])
+            steps: List[Tensor] = [s["step"] for s in states]
+            options = dict(amsgrad=False, beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                           eps=group["eps"], maximize=False)
+            if group["fused"]:  # found_inf: the kernel skips the update, and the step count
+                adam(params, *tensors, [], steps, fused=True, found_inf=dropped.float(), lr=lr, **options)
+            elif not bool(dropped):  # the other implementations take no found_inf: the host must look
+                adam(params, *tensors, [], steps, foreach=group["foreach"], lr=float(lr), **options)
+
+    def _state(self, parameter: Tensor, fused: bool) -> dict:
+        """A parameter's Adam state, created as torch's Adam creates it (the step count on the
+        parameter's device for the fused kernel, on the host otherwise)."""
+        state = self.state[parameter]
+        if not state:
+            device = parameter.device if fused else torch.device("cpu")
+            state["step"] = torch.zeros((), dtype=torch.float32, device=device)
+            state["exp_avg"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+        return state
 
 
 def build_optimizer(
-    model: nn.Module, cfg: OptimConfig, d_model: int
-) -> Tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam(beta1, beta2, eps) whose learning rate at update n (from 1) is noam_lr(n)."""
+    model: nn.Module, cfg: OptimConfig, d_model: int, updates: int, device: torch.device = torch.device("cpu")
+) -> Tuple[Adam, InverseSquareRootSchedule]:
+    """Adam(beta1, beta2, eps) and the schedule that gives its rate for each of `updates` updates."""
     beta1, beta2 = cfg.betas
-    # The fused kernel (one pass over all parameters) where the device has one, else foreach.
+    # lr: unused, the schedule gives every update's rate. Fused (one pass over all parameters)
+    # where the device has the kernel, else foreach.
     try:
-        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(beta1, beta2), eps=cfg.eps, fused=True)
+        optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, fused=True)
     except (RuntimeError, TypeError):
-        optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
-    # LambdaLR multiplies lr=1.0 by the lambda of the number of scheduler.step() calls so far:
-    # before the first update that is 0, so the first update uses noam_lr(1).
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda done: noam_lr(done + 1, d_model, cfg.warmup_steps, cfg.lr_scale)
-    )
-    return optimizer, scheduler
+        optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
+    schedule = InverseSquareRootSchedule(d_model, cfg.warmup_steps, cfg.lr_scale, updates, device)
+    return optimizer, schedule

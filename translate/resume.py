@@ -1,20 +1,78 @@
-"""What an exact resume needs besides the weights: every process's random state and data
-position, and stop signals (preemption) turned into a save at the next update."""
+"""Resuming exactly: the training state a checkpoint_last.pt holds (weights, optimizer,
+schedule, loss scaler, every process's random state and data position) restored only into
+the same model trained with the same settings; fine-tuning from another run's weights; stop
+signals (preemption) turned into a save at the next update."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import torch
+from torch import nn
 
-from translate import distributed
+from translate import checkpoint, distributed
+from translate.config import ModelConfig, OptimConfig, to_plain
 from translate.data.batching import BatchStream
+from translate.data.vocabulary import Vocabulary
+from translate.errors import MissingCheckpoint, TranslateError
+from translate.optim import Adam
+from translate.schedule import InverseSquareRootSchedule
 from translate.validate import Tracker
 
-log = logging.getLogger("translate.train")
+log = logging.getLogger(__name__)
+
+
+def check_same_model(path: Path, payload: Dict[str, Any], model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
+    """Refuse a checkpoint of another model or vocabulary, naming what differs."""
+    difference = checkpoint.describe_difference(checkpoint.model_config(payload), model_cfg)
+    if difference:
+        raise TranslateError(f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away")
+    if payload["vocabulary"] != vocabulary.model_bytes:
+        raise TranslateError(f"{path} was trained with another vocabulary: use another run_dir")
+
+
+def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig) -> None:
+    """Refuse to resume with optimizer or schedule settings other than the checkpoint's: the
+    run would not continue as saved (the schedule would jump, say)."""
+    saved = payload.get("config", {}).get("optim", {})
+    wanted = to_plain(optim)
+    differences = [f"optim.{key}={wanted[key]} (saved: {saved[key]})" for key in wanted if key in saved and saved[key] != wanted[key]]
+    if differences:
+        raise TranslateError(
+            f"{path} was trained with other settings: {', '.join(differences)}; a resume continues exactly as saved, "
+            f"so restore them, or start afresh from its weights with train.init_from={path} in another run_dir"
+        )
+
+
+def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, optim: OptimConfig,
+                        optimizer: Adam, schedule: InverseSquareRootSchedule,
+                        scaler: Optional["torch.amp.GradScaler"]) -> Optional[Dict[str, Any]]:
+    """Restore what checkpoint_last.pt at `path` holds into the model, optimizer, schedule and
+    scaler; returns the payload (for the process states), or None where there is none yet."""
+    try:
+        payload = checkpoint.load(path)
+    except MissingCheckpoint:
+        return None
+    check_same_model(path, payload, model_cfg, vocabulary)
+    check_same_settings(path, payload, optim)
+    model.load_state_dict(payload["model"])
+    if "optimizer" in payload:
+        optimizer.load_state_dict(payload["optimizer"])
+        schedule.load_state_dict(payload["scheduler"])
+    if scaler is not None and "scaler" in payload:
+        scaler.load_state_dict(payload["scaler"])
+    return payload
+
+
+def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
+    """Fine-tuning (train.init_from): another run's weights, nothing else."""
+    payload = checkpoint.load(path)
+    check_same_model(path, payload, model_cfg, vocabulary)
+    model.load_state_dict(payload["model"])
 
 
 def stop_signal_numbers() -> List[int]:
@@ -40,7 +98,7 @@ class StopSignals:
             for number in stop_signal_numbers():
                 self.previous[number] = signal.signal(number, self._handle)
         except ValueError:  # not the main thread: leave signals alone
-            self.restore()
+            self.close()
 
     @property
     def name(self) -> Optional[str]:
@@ -49,7 +107,7 @@ class StopSignals:
     def _handle(self, number, frame) -> None:
         self.received = number
 
-    def restore(self) -> None:
+    def close(self) -> None:
         for number, handler in self.previous.items():
             signal.signal(number, handler)
         self.previous = {}

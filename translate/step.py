@@ -17,30 +17,34 @@ from torch import nn
 
 from translate import distributed
 from translate.data.batching import Batch
+from translate.optim import Adam
+from translate.schedule import InverseSquareRootSchedule
 
 
 class QueuedUpdate:
-    """One queued update's outcome on its way to the host: its gradient norm and loss sums are
-    copied into pinned memory right behind the update's own work, with an event that waits for
-    that copy alone. (A plain .item() would also wait for every update queued after it.)"""
+    """One queued update's outcome on its way to the host: its gradient norm, loss sums and
+    learning rate are copied into pinned memory right behind the update's own work, with an
+    event that waits for that copy alone. (A plain .item() would also wait for every update
+    queued after it.)"""
 
-    def __init__(self, stats: "StepStats", grad_norm: torch.Tensor, lr: float):
-        self.stats, self.lr = stats, lr
-        values = torch.stack([grad_norm.float().reshape(()), stats.loss.float(), stats.nll.float()])  # (3,)
+    def __init__(self, stats: "StepStats", grad_norm: torch.Tensor, lr: torch.Tensor):
+        self.stats = stats
+        values = torch.stack([v.reshape(()).double() for v in (grad_norm, stats.loss, stats.nll, lr)])  # (4,)
         if values.is_cuda:
-            self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
+            self.host = torch.empty(4, dtype=torch.float64, pin_memory=True)
             self.host.copy_(values, non_blocking=True)
             self.ready: Optional[torch.cuda.Event] = torch.cuda.Event()
             self.ready.record()
         else:
             self.host, self.ready = values, None
 
-    def read(self) -> Tuple[float, float, float]:
-        """(gradient norm, loss sum, NLL sum); waits for the device up to this update only."""
+    def read(self) -> Tuple[float, float, float, float]:
+        """(gradient norm, loss sum, NLL sum, learning rate); waits for the device up to this
+        update only."""
         if self.ready is not None:
             self.ready.synchronize()
-        norm, loss, nll = self.host.tolist()
-        return norm, loss, nll
+        norm, loss, nll, lr = self.host.tolist()
+        return norm, loss, nll, lr
 
 
 @dataclass
@@ -118,41 +122,27 @@ def train_step(
     return stats
 
 
-def apply_update(model: nn.Module, optimizer, scheduler, scaler, clip_norm: float) -> torch.Tensor:
-    """The optimizer step after train_step: unscale (fp16), clip, step, advance the schedule,
-    all without making the host wait for the device (on a GPU each wait idles it while the
-    host then queues the next update: a quarter to a third of big's step time).
+def apply_update(
+    model: nn.Module, optimizer: Adam, schedule: InverseSquareRootSchedule,
+    scaler: Optional["torch.amp.GradScaler"], clip_norm: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The optimizer step after train_step: unscale (fp16), clip, Adam at the schedule's rate,
+    advance the schedule, all without making the host wait for the device (on a GPU each wait
+    idles it while the host then queues the next update).
 
-    Returns the gradient norm, a device scalar for the loop to read later (QueuedUpdate).
-    Where it is not finite (a non-finite loss gives non-finite gradients), the update is
-    dropped on the device: the fused optimizer's found_inf leaves weights, moments and step
-    count as they were; fp16's loss scale then backs off. The schedule has advanced
-    regardless; the loop takes that back (unstep) once it reads the norm. The gradients are
-    all-reduced, so every process reaches the same verdict."""
+    Returns the gradient norm and the rate used, device scalars for the loop to read later
+    (QueuedUpdate). Where the norm is not finite (a non-finite loss gives non-finite
+    gradients, and finite ones can still overflow the norm), the update is dropped on the
+    device: weights, moments, Adam's step count and the schedule stay as they were; fp16's
+    loss scale backs off. The gradients are all-reduced, so every process drops alike."""
     if scaler is not None:
         scaler.unscale_(optimizer)  # also records, for scaler.update(), whether gradients overflowed
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm > 0 else math.inf)
-    # The norm, not only the gradients, decides: it can overflow where every gradient is finite.
-    if optimizer.param_groups[0].get("fused"):
-        optimizer.found_inf = (~torch.isfinite(grad_norm)).float()  # read by the fused kernel, on the device
-        optimizer.step()
-        del optimizer.found_inf
-    elif torch.isfinite(grad_norm):  # an optimizer without found_inf: the host must look
-        optimizer.step()
+    dropped = ~torch.isfinite(grad_norm)  # () bool, on the device
+    lr = schedule.rate()
+    optimizer.update(lr, dropped)
     if scaler is not None:
         scaler.update()
-    scheduler.step()
+    schedule.step(dropped)
     optimizer.zero_grad(set_to_none=True)
-    return grad_norm.detach()
-
-
-def unstep(scheduler) -> None:
-    """Take back the scheduler.step() of a dropped update: the next update queued gets the
-    learning rate the dropped one had. (The loop learns of a drop one update late, so the
-    update queued in between runs one schedule step ahead: a relative difference of at most
-    1 / warmup_steps, once per dropped update.)"""
-    scheduler.last_epoch -= 1
-    lrs = [base * scheduler.lr_lambdas[i](scheduler.last_epoch) for i, base in enumerate(scheduler.base_lrs)]
-    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
-        group["lr"] = lr
-    scheduler._last_lr = lrs
+    return grad_norm.detach(), lr

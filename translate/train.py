@@ -1,4 +1,6 @@
-"""The `translate train` verb: teacher forcing, label-smoothed cross-entropy, Adam with warmup.
+"""The `translate train` verb: teacher forcing, label-smoothed cross-entropy, Adam with warmup
+(paper, section 5), as a Trainer: its set-up, its loop, and one method per boundary (log,
+checkpoint, validate, stop).
 
 Knows nothing of Hydra: takes the typed TranslateConfig.
 """
@@ -10,27 +12,30 @@ import math
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Deque, Dict, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, flops, paths, resume
-from translate.config import TranslateConfig
-from translate.data.batching import BatchStream, collate
+from translate import checkpoint, distributed, paths, resume
+from translate.config import TranslateConfig, to_plain
+from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
+from translate.flops import Accounting
 from translate.loss import LabelSmoothedObjective
 from translate.model import Transformer
 from translate.optim import build_optimizer
-from translate.step import QueuedUpdate, StepStats, apply_update, batch_plan, train_step, unstep
-from translate.validate import Tracker, dev_sentences, validate
+from translate.precision import MixedPrecision
+from translate.step import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
+from translate.validate import Tracker, dev_sentences, evaluate
 
-log = logging.getLogger("translate.train")
+log = logging.getLogger(__name__)
+package_log = logging.getLogger("translate")  # every module's logger is below it
 
 
 def train(cfg: TranslateConfig) -> Path:
@@ -42,227 +47,13 @@ def train(cfg: TranslateConfig) -> Path:
     context = distributed.init()
     # What a run changes in the process comes back afterwards, so that the next job of a
     # multirun sweep (run one after another in this process) starts clean.
-    threads, level = torch.get_num_threads(), log.level
+    threads, level = torch.get_num_threads(), package_log.level
     try:
-        return _train(cfg, context)
+        return Trainer(cfg, context).run()
     finally:
         distributed.shutdown()
         torch.set_num_threads(threads)
-        log.setLevel(level)
-
-
-def _train(cfg: TranslateConfig, context: distributed.Context) -> Path:
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    if not context.is_main:
-        log.setLevel(logging.WARNING)
-    torch.manual_seed(cfg.train.seed)  # the same initial weights on every process
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
-    if context.is_main:
-        write_report(data, run_dir / "data_report.json")
-    vocabulary = data.vocabulary
-    model_cfg = replace(cfg.model, vocab_size=len(vocabulary))
-    model = Transformer(model_cfg, pad_id=PAD).to(context.device)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, model_cfg.d_model)
-    precision = resolve_precision(cfg.train.precision, context.device)
-    scaler = torch.amp.GradScaler(context.device.type) if precision == "fp16" else None
-    autocast = None if precision == "fp32" else torch.autocast(context.device.type, dtype=_DTYPES[precision])
-    last_path = run_dir / paths.LAST_CHECKPOINT
-    step = 0
-    resumed: Optional[Dict] = None
-    if last_path.is_file():
-        resumed = _resume(last_path, model, model_cfg, vocabulary, optimizer, scheduler, scaler)
-        step = int(resumed["step"])
-        log.info(f"resuming from {last_path} at update {step}")
-    elif cfg.train.init_from:
-        _init_from(Path(cfg.train.init_from), model, model_cfg, vocabulary)
-        log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
-    if step >= cfg.train.max_steps:
-        log.info(f"{last_path} already has {step} updates (train.max_steps={cfg.train.max_steps}): nothing to do")
-        return last_path
-    torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
-
-    tokens_per_batch, accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch, context.world_size)
-    log.info(
-        f"model: {model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
-        f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary {len(vocabulary):,}); "
-        f"{len(data.train):,} training pairs; {tokens_per_batch} tokens per batch x {accumulation} "
-        f"accumulation x {context.world_size} processes; {precision} on {context.device}; "
-        f"{torch.get_num_threads()} threads"
-    )
-    # Compute accounting: model FLOPs per target token at this corpus's average lengths, and
-    # the device's measured matrix-product peak in the training precision, for the MFU.
-    per_token = flops.flops_per_target_token(
-        model_cfg, float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
-    )
-    # (On CPUs the fp32 peak: their bf16/fp16 products are emulated, and far slower.)
-    peak_dtype = _DTYPES.get(precision, torch.float32) if context.device.type == "cuda" else torch.float32
-    peak = flops.matmul_peak(context.device, peak_dtype, seconds=0.5) if context.is_main else 0.0
-    paper_compute = flops.PAPER_COMPUTE.get(model_cfg.d_model) if model_cfg.layers == 6 else None
-    accounting = Accounting(per_token, peak * context.world_size, paper_compute, context.device)
-    log.info(f"{per_token / 1e9:.3f} GFLOP per target token; device peak {peak / 1e12:.2f} TFLOP/s ({precision})")
-    wrapped = LabelSmoothedObjective(model, cfg.train.label_smoothing)
-    if context.distributed:
-        device_ids = [context.device] if context.device.type == "cuda" else None
-        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=device_ids)
-    if cfg.train.compile:
-        # After DDP, so that the compiler splits the graph at DDP's gradient buckets and their
-        # all-reduce still overlaps the backward pass (one compiled backward would hold every
-        # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
-        wrapped = torch.compile(wrapped, dynamic=True)
-    model.train()
-    batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
-                          context.rank, context.world_size)
-    tracker = Tracker(cfg.valid.metric)
-    if resumed is not None:
-        resume.restore_process_state(resumed, context, batches, tracker)
-    dev = dev_sentences(cfg) if context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences else None
-    nonfinite_in_a_row = 0
-    skipped = int(resumed.get("skipped_updates", 0)) if resumed is not None else 0  # over the whole run
-    started = time.monotonic()
-    deadline = started + 60 * cfg.train.max_minutes if cfg.train.max_minutes else math.inf
-    window, window_start, totals = StepStats(), started, StepStats()
-
-    last_saved = time.monotonic()
-    saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
-
-    def save() -> None:
-        """checkpoint_last.pt (full state, for resuming exactly: every process's random state
-        and data position too) and a numbered copy of the weights (for averaging); numbered
-        ones beyond checkpoint.keep_last are deleted."""
-        nonlocal last_saved, saved_at
-        settle()  # the weights hold every queued update: count them all
-        last_saved, saved_at = time.monotonic(), step
-        states = resume.gather_process_states(context, batches)
-        if not context.is_main:
-            return
-        weights = checkpoint.weights(model, model_cfg, vocabulary.model_bytes, [cfg.data.src_lang, cfg.data.tgt_lang], step)
-        payload = {**weights, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "config": asdict(cfg),
-                   "processes": states, "valid": tracker.state_dict(), "skipped_updates": skipped}
-        if scaler is not None:
-            payload["scaler"] = scaler.state_dict()
-        checkpoint.save(last_path, payload)
-        checkpoint.save(paths.numbered_checkpoint(run_dir, step), weights)  # for averaging
-        checkpoint.prune(run_dir, cfg.checkpoint.keep_last)
-
-    def save_due(n: int) -> bool:
-        """Whether a checkpoint is due after update n."""
-        minutes = cfg.checkpoint.every_minutes
-        return _every(n, cfg.checkpoint.every_steps) or (minutes is not None and time.monotonic() - last_saved >= 60 * minutes)
-
-    def stop_reason() -> Optional[str]:
-        """A stop signal or time up, agreed by all processes so that none waits for the others."""
-        seen = [float(stop_signal.received is not None), float(time.monotonic() >= deadline)]
-        signal_seen, time_up = distributed.all_sum(seen, context)
-        return "signal" if signal_seen else ("time" if time_up else None)
-
-    # Updates are read one behind: an update's gradient norm and loss sums are read once the
-    # next update is queued, so the device always has work while the host waits for them. At a
-    # boundary (log, checkpoint, validation, the last update) the update is read at once.
-    queued: Deque[QueuedUpdate] = deque()
-    last_norm = last_lr = 0.0
-
-    def settle(keep: int = 0) -> None:
-        """Read the queued updates but the newest `keep`: count each, or count it as dropped."""
-        nonlocal step, skipped, nonfinite_in_a_row, last_norm, last_lr
-        while len(queued) > keep:
-            norm, loss, nll = queued[0].read()  # interrupted here, the queue is as it was
-            update = queued.popleft()
-            if not math.isfinite(norm):
-                skipped += 1
-                nonfinite_in_a_row += 1
-                unstep(scheduler)
-                log.warning(f"update {step + 1}: non-finite loss or gradient, skipped ({skipped} so far)")
-                if nonfinite_in_a_row >= cfg.train.max_nonfinite:
-                    good = last_path if last_path.is_file() else "none yet"
-                    raise TranslateError(
-                        f"{nonfinite_in_a_row} non-finite updates in a row at update {step + 1}: stopping; "
-                        f"last good checkpoint: {good}"
-                    )
-                continue
-            nonfinite_in_a_row = 0
-            step += 1
-            last_norm, last_lr = norm, update.lr
-            update.stats.loss, update.stats.nll = loss, nll
-            window.add(update.stats)
-            totals.add(update.stats)
-            if progress is not None:
-                progress.update(1)
-
-    def boundary(n: int) -> bool:
-        """Whether something happens after update n (so that it must be read at once)."""
-        return n >= cfg.train.max_steps or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps) or save_due(n)
-
-    # The writer, the progress bar and the signal handlers are undone in the finally below,
-    # however the loop ends.
-    writer = progress = stop_signal = None
-    try:
-        writer = _summary_writer(run_dir) if context.is_main else None
-        progress = _progress(cfg.train.max_steps, step) if context.is_main else None
-        stop_signal = resume.StopSignals()
-        while step < cfg.train.max_steps:
-            reason = stop_reason()
-            if reason is not None:
-                settle()
-            if reason == "time":
-                break
-            if reason == "signal":
-                save()
-                raise TranslateError(
-                    f"stopped by {stop_signal.name or 'a stop signal on another process'} at update {step}: "
-                    f"saved {last_path}; run the same command to resume"
-                )
-            micro = [collate(data.train, next(batches)) for _ in range(accumulation)]
-            stats = train_step(wrapped, micro, context, autocast, scaler)
-            lr = scheduler.get_last_lr()[0]
-            grad_norm = apply_update(model, optimizer, scheduler, scaler, cfg.optim.clip_norm)
-            queued.append(QueuedUpdate(stats, grad_norm, lr))
-            settle(keep=1)  # the previous update, while the device works on this one
-            if not boundary(step + 1):
-                continue
-            before = step
-            settle()
-            if step == before:  # dropped: nothing happened
-                continue
-            if _every(step, cfg.train.log_every) or step == cfg.train.max_steps:
-                window = window.summed(context)
-                if context.is_main:
-                    _log_window(writer, step, last_lr, window, time.monotonic() - window_start, accounting)
-                    writer.add_scalar("train/grad_norm", last_norm, step)
-                    writer.add_scalar("train/skipped_updates", skipped, step)
-                window, window_start = StepStats(), time.monotonic()
-            if save_due(step):
-                save()
-            if _every(step, cfg.valid.every_steps) and data.valid is not None:
-                if validate(cfg, context, model, data, vocabulary, tracker, dev, writer, step, run_dir):
-                    save()
-                    log.info(f"early stopping at update {step}: no better {cfg.valid.metric} in {cfg.valid.patience} validations")
-                    break
-    except KeyboardInterrupt:
-        save()
-        log.info(f"interrupted at update {step}: saved {last_path}")
-        raise
-    finally:
-        if stop_signal is not None:
-            stop_signal.restore()
-        if progress is not None:
-            progress.close()
-        if writer is not None:
-            writer.close()
-    settle()
-    if saved_at != step:  # early stopping, say, has just saved
-        save()
-    elapsed = time.monotonic() - started
-    totals = totals.summed(context)
-    if totals.target_tokens:
-        log.info(
-            f"stopped at update {step} after {elapsed / 60:.1f} min: {totals.target_tokens / elapsed:.0f} target tokens/s, "
-            f"padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; checkpoint {last_path}"
-        )
-    return last_path
+        package_log.setLevel(level)
 
 
 def _every(n: int, period: int) -> bool:
@@ -270,95 +61,306 @@ def _every(n: int, period: int) -> bool:
     return bool(period) and n % period == 0
 
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+class Trainer:
+    """One training run: the model, its optimizer and data, and the counts of the loop.
 
+    Updates are read one behind: an update's gradient norm and loss sums are read once the
+    next update is queued, so the device always has work while the host waits for them. At a
+    boundary (log, checkpoint, validation, the last update) the update is read at once.
+    """
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 on GPUs, fp32 on CPUs (bf16 matrix products are slow on CPUs without it)."""
-    if precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise TranslateError(f"train.precision={precision!r}: choose from auto, fp32, bf16, fp16")
-    return precision
+    def __init__(self, cfg: TranslateConfig, context: distributed.Context):
+        self.cfg, self.context = cfg, context
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        if not context.is_main:
+            package_log.setLevel(logging.WARNING)
+        torch.manual_seed(cfg.train.seed)  # the same initial weights on every process
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.last_path = self.run_dir / paths.LAST_CHECKPOINT
+        self.data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
+        if context.is_main:
+            write_report(self.data, self.run_dir / "data_report.json")
+        self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary))
+        self.model = Transformer(self.model_cfg, pad_id=PAD).to(context.device)
+        self.optimizer, self.schedule = build_optimizer(self.model, cfg.optim, self.model_cfg.d_model,
+                                                        cfg.train.max_steps, context.device)
+        self.precision = MixedPrecision.on(cfg.train.precision, context.device)
+        self.tokens_per_batch, self.accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
+                                                              context.world_size)
+        self.batches = BatchStream(self.data.train.src_lengths, self.data.train.tgt_lengths, self.tokens_per_batch,
+                                   cfg.train.seed, context.rank, context.world_size)
+        self.tracker = Tracker(cfg.valid.metric)
+        self.step = self.skipped = self.nonfinite_in_a_row = 0  # updates counted, dropped; dropped in a row
+        self.resumed = self._start()
+        # Set by _prepare_loop, once the run is known to train.
+        self.objective: Optional[nn.Module] = None  # the model's label-smoothed loss, maybe in DDP and compiled
+        self.accounting: Optional[Accounting] = None
+        self.dev: Optional[Tuple[List[str], List[str]]] = None  # dev sentences for BLEU
+        # The loop's state.
+        self.queued: Deque[QueuedUpdate] = deque()  # updates on their way to the host, oldest first
+        self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
+        self.last_norm = self.last_lr = 0.0  # of the last update counted
+        self.started = self.window_start = self.last_saved = time.monotonic()
+        self.deadline = math.inf  # of train.max_minutes
+        self.saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
+        self.writer = self.progress = self.stop_signal = None  # main process: TensorBoard, tqdm; signal handlers
 
+    def _start(self) -> Optional[Dict[str, Any]]:
+        """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
+        weights, if set); returns the resumed payload."""
+        cfg = self.cfg
+        resumed = resume.load_training_state(self.last_path, self.model, self.model_cfg, self.data.vocabulary, cfg.optim,
+                                             self.optimizer, self.schedule, self.precision.scaler)
+        if resumed is not None:
+            self.step, self.skipped = int(resumed["step"]), int(resumed.get("skipped_updates", 0))
+            log.info(f"resuming from {self.last_path} at update {self.step}")
+        elif cfg.train.init_from:
+            resume.load_weights(Path(cfg.train.init_from), self.model, self.model_cfg, self.data.vocabulary)
+            log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
+        return resumed
 
-@dataclass
-class Accounting:
-    """What the logs report about compute: FLOPs per token, peak (all processes), progress."""
+    def _prepare_loop(self) -> None:
+        """What only a run that trains needs: the objective (wrapped for DDP and the
+        compiler), the processes' random states, dev sentences, compute accounting."""
+        cfg, context, model_cfg = self.cfg, self.context, self.model_cfg
+        torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
+        log.info(
+            f"model: {self.model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
+            f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary "
+            f"{model_cfg.vocab_size:,}); {len(self.data.train):,} training pairs; {self.tokens_per_batch} tokens per "
+            f"batch x {self.accumulation} accumulation x {context.world_size} processes; {self.precision.precision} on "
+            f"{context.device}; {torch.get_num_threads()} threads"
+        )
+        lengths = float(np.mean(self.data.train.src_lengths)) + 1, float(np.mean(self.data.train.tgt_lengths)) + 1
+        self.accounting = Accounting.measure(model_cfg, *lengths, context.device, self.precision.peak_dtype(),
+                                             context.world_size, context.is_main)
+        log.info(f"{self.accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device peak "
+                 f"{self.accounting.peak_flops / 1e12:.2f} TFLOP/s ({self.precision.precision})")
+        self.objective = LabelSmoothedObjective(self.model, cfg.train.label_smoothing)
+        if context.distributed:
+            device_ids = [context.device] if context.device.type == "cuda" else None
+            self.objective = nn.parallel.DistributedDataParallel(self.objective, device_ids=device_ids)
+        if cfg.train.compile:
+            # After DDP, so that the compiler splits the graph at DDP's gradient buckets and their
+            # all-reduce still overlaps the backward pass (one compiled backward would hold every
+            # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
+            self.objective = torch.compile(self.objective, dynamic=True)
+        if self.resumed is not None:  # after the peak measurement, which draws random numbers
+            resume.restore_process_state(self.resumed, context, self.batches, self.tracker)
+        wants_bleu = context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences
+        self.dev = dev_sentences(cfg) if wants_bleu else None
 
-    flops_per_token: float
-    peak_flops: float  # FLOP/s of all processes together
-    paper_compute: Optional[float]  # the paper's total training FLOPs for this model size
-    device: torch.device
-    done: float = 0.0  # model FLOPs so far in this run
+    def run(self) -> Path:
+        """Train to train.max_steps (or the time limit, a stop signal, early stopping)."""
+        if self.step >= self.cfg.train.max_steps:
+            log.info(f"{self.last_path} already has {self.step} updates (train.max_steps={self.cfg.train.max_steps}): "
+                     "nothing to do")
+            return self.last_path
+        self._prepare_loop()
+        self.model.train()
+        self.started = self.window_start = self.last_saved = time.monotonic()
+        minutes = self.cfg.train.max_minutes
+        self.deadline = self.started + 60 * minutes if minutes else math.inf
+        # The writer, the progress bar and the signal handlers are undone however the loop ends.
+        try:
+            self.writer = self._summary_writer() if self.context.is_main else None
+            self.progress = _progress(self.cfg.train.max_steps, self.step) if self.context.is_main else None
+            self.stop_signal = resume.StopSignals()
+            self._loop()
+        except KeyboardInterrupt:
+            self.save()
+            log.info(f"interrupted at update {self.step}: saved {self.last_path}")
+            raise
+        finally:
+            for resource in (self.stop_signal, self.progress, self.writer):
+                if resource is not None:
+                    resource.close()
+        self.settle()
+        if self.saved_at != self.step:  # early stopping, say, has just saved
+            self.save()
+        self._report()
+        return self.last_path
 
-    def peak_memory_gb(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**30
-        import resource
+    def _loop(self) -> None:
+        """Section 5 of the paper, one update at a time, then the boundaries."""
+        cfg = self.cfg
+        while self.step < cfg.train.max_steps and not self.stop():
+            batches = self.next_batches()  # about 25k source and 25k target tokens (5.1)
+            stats = train_step(self.objective, batches, self.context, self.precision.autocast,
+                               self.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
+            grad_norm, lr = apply_update(self.model, self.optimizer, self.schedule, self.precision.scaler,
+                                         cfg.optim.clip_norm)  # Adam at the schedule's rate (5.3)
+            self.queued.append(QueuedUpdate(stats, grad_norm, lr))
+            self.settle(keep=1)  # the previous update, while the device works on this one
+            if not self.boundary(self.step + 1) or not self.settle():
+                continue
+            if _every(self.step, cfg.train.log_every) or self.step == cfg.train.max_steps:
+                self.log()
+            if self.save_due():
+                self.save()
+            if _every(self.step, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
+                break
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB -> GB
+    def next_batches(self) -> List[Batch]:
+        """This process's micro-batches of the next update."""
+        return [collate(self.data.train, next(self.batches)) for _ in range(self.accumulation)]
 
+    def settle(self, keep: int = 0) -> bool:
+        """Read the queued updates but the newest `keep`: count each, or count it as dropped.
+        Returns whether any counted."""
+        counted = False
+        while len(self.queued) > keep:
+            norm, loss, nll, lr = self.queued[0].read()  # interrupted here, the queue is as it was
+            update = self.queued.popleft()
+            if math.isfinite(norm):
+                self._count(update.stats, loss, nll, norm, lr)
+                counted = True
+            else:
+                self._drop()
+        return counted
 
-def _log_window(writer, step: int, lr: float, window: StepStats, seconds: float, accounting: Accounting) -> None:
-    """TensorBoard scalars and one log line for the updates since the last report."""
-    rate = window.target_tokens / seconds
-    accounting.done += window.target_tokens * accounting.flops_per_token
-    metrics = {
-        "loss": window.loss / window.target_tokens,
-        "nll": window.nll / window.target_tokens,
-        "ppl": math.exp(min(window.nll / window.target_tokens, 50)),
-        "lr": lr,
-        "target_tokens_per_s": rate,
-        "padding": window.padding,
-        "mfu": rate * accounting.flops_per_token / accounting.peak_flops if accounting.peak_flops else 0.0,
-        "peak_memory_gb": accounting.peak_memory_gb(),
-        "model_flops": accounting.done,
-    }
-    if accounting.paper_compute:
-        metrics["paper_compute_share"] = accounting.done / accounting.paper_compute
-    for name, value in metrics.items():
-        writer.add_scalar(f"train/{name}", value, step)
-    share = f" ({metrics['paper_compute_share']:.2%} of the paper's)" if accounting.paper_compute else ""
-    log.info(
-        f"update {step}: loss {metrics['loss']:.3f} nll {metrics['nll']:.3f} ppl {metrics['ppl']:.1f} "
-        f"lr {lr:.2e} {rate:.0f} tgt tok/s padding {metrics['padding']:.1%} mfu {metrics['mfu']:.0%} "
-        f"mem {metrics['peak_memory_gb']:.1f} GB compute {accounting.done:.2e} FLOPs{share}"
-    )
+    def _count(self, stats: StepStats, loss: float, nll: float, norm: float, lr: float) -> None:
+        self.nonfinite_in_a_row = 0
+        self.step += 1
+        self.last_norm, self.last_lr = norm, lr
+        stats.loss, stats.nll = loss, nll
+        self.window.add(stats)
+        self.totals.add(stats)
+        if self.progress is not None:
+            self.progress.update(1)
 
+    def _drop(self) -> None:
+        """A non-finite update, dropped on the device (weights, optimizer and schedule untouched)."""
+        self.skipped += 1
+        self.nonfinite_in_a_row += 1
+        log.warning(f"update {self.step + 1}: non-finite loss or gradient, skipped ({self.skipped} so far)")
+        if self.nonfinite_in_a_row >= self.cfg.train.max_nonfinite:
+            good = self.last_path if self.last_path.is_file() else "none yet"
+            raise TranslateError(f"{self.nonfinite_in_a_row} non-finite updates in a row at update {self.step + 1}: "
+                                 f"stopping; last good checkpoint: {good}")
 
-def _check_compatible(path: Path, payload: Dict, model_cfg, vocabulary) -> None:
-    difference = checkpoint.describe_difference(checkpoint.model_config(payload), model_cfg)
-    if difference:
-        raise TranslateError(f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away")
-    if payload["vocabulary"] != vocabulary.model_bytes:
-        raise TranslateError(f"{path} was trained with another vocabulary: use another run_dir")
+    def boundary(self, n: int) -> bool:
+        """Whether something happens after update n (so that it must be read at once)."""
+        cfg = self.cfg
+        return (n >= cfg.train.max_steps or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
+                or self.save_due(n))
 
+    # The boundaries.
 
-def _resume(path: Path, model, model_cfg, vocabulary, optimizer, scheduler, scaler=None) -> Dict:
-    """Load everything a checkpoint_last.pt holds; returns the payload for the process states."""
-    payload = checkpoint.load(path)
-    _check_compatible(path, payload, model_cfg, vocabulary)
-    model.load_state_dict(payload["model"])
-    if "optimizer" in payload:
-        optimizer.load_state_dict(payload["optimizer"])
-        scheduler.load_state_dict(payload["scheduler"])
-    if scaler is not None and "scaler" in payload:
-        scaler.load_state_dict(payload["scaler"])
-    return payload
+    def log(self) -> None:
+        """TensorBoard scalars and one log line for the updates since the last report."""
+        window = self.window.summed(self.context)
+        seconds = time.monotonic() - self.window_start
+        self.window, self.window_start = StepStats(), time.monotonic()
+        if not self.context.is_main:
+            return
+        nll = window.nll / window.target_tokens
+        metrics = {"loss": window.loss / window.target_tokens, "nll": nll, "ppl": math.exp(min(nll, 50)),
+                   "lr": self.last_lr, "padding": window.padding, "grad_norm": self.last_norm,
+                   "skipped_updates": self.skipped, **self.accounting.window(window.target_tokens, seconds)}
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"train/{name}", value, self.step)
+        share = metrics.get("paper_compute_share")
+        log.info(
+            f"update {self.step}: loss {metrics['loss']:.3f} nll {nll:.3f} ppl {metrics['ppl']:.1f} "
+            f"lr {self.last_lr:.2e} {metrics['target_tokens_per_s']:.0f} tgt tok/s padding {window.padding:.1%} "
+            f"mfu {metrics['mfu']:.0%} mem {metrics['peak_memory_gb']:.1f} GB compute {metrics['model_flops']:.2e} FLOPs"
+            + (f" ({share:.2%} of the paper's)" if share is not None else "")
+        )
 
+    def save_due(self, n: Optional[int] = None) -> bool:
+        """Whether a checkpoint is due after update n (default: the last one counted)."""
+        minutes = self.cfg.checkpoint.every_minutes
+        n = self.step if n is None else n
+        return _every(n, self.cfg.checkpoint.every_steps) or (
+            minutes is not None and time.monotonic() - self.last_saved >= 60 * minutes)
 
-def _init_from(path: Path, model, model_cfg, vocabulary) -> None:
-    """Fine-tuning: another run's weights, nothing else."""
-    payload = checkpoint.load(path)
-    _check_compatible(path, payload, model_cfg, vocabulary)
-    model.load_state_dict(payload["model"])
+    def weights(self) -> Dict[str, Any]:
+        """The checkpoint payload every checkpoint holds: what decoding needs."""
+        languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
+        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary.model_bytes, languages, self.step)
 
+    def save(self) -> None:
+        """checkpoint_last.pt (full state, for resuming exactly: every process's random state
+        and data position too) and a numbered copy of the weights (for averaging); numbered
+        ones beyond checkpoint.keep_last are deleted."""
+        self.settle()  # the weights hold every queued update: count them all
+        self.last_saved, self.saved_at = time.monotonic(), self.step
+        states = resume.gather_process_states(self.context, self.batches)
+        if not self.context.is_main:
+            return
+        weights = self.weights()
+        payload = {**weights, "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
+                   "config": to_plain(self.cfg), "processes": states, "valid": self.tracker.state_dict(),
+                   "skipped_updates": self.skipped}
+        if self.precision.scaler is not None:
+            payload["scaler"] = self.precision.scaler.state_dict()
+        checkpoint.save(self.last_path, payload)
+        checkpoint.save(paths.numbered_checkpoint(self.run_dir, self.step), weights)  # for averaging
+        checkpoint.prune(self.run_dir, self.cfg.checkpoint.keep_last)
 
-def _summary_writer(run_dir: Path):
-    from torch.utils.tensorboard import SummaryWriter
+    def validate(self) -> bool:
+        """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
+        whether to stop early (valid.patience), agreed by all processes. Saves before stopping."""
+        stop = False
+        if self.context.is_main:
+            metrics, hypotheses = evaluate(self.model, self.data.valid, self.data.vocabulary, self.dev,
+                                           self.cfg.train.tokens_per_batch, self.cfg.train.label_smoothing,
+                                           self.context.device)
+            self._write_dev(metrics, hypotheses)
+            improved = self.tracker.update(metrics[self.cfg.valid.metric])
+            text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+            log.info(f"update {self.step}: dev {text}" + (" (best)" if improved else f" (best {self.tracker.best:.3f})"))
+            if improved:
+                checkpoint.save(self.run_dir / paths.BEST_CHECKPOINT, {**self.weights(), "dev": metrics})
+            stop = bool(self.cfg.valid.patience) and self.tracker.since_best >= self.cfg.valid.patience
+        if not distributed.any_true(stop, self.context):
+            return False
+        self.save()
+        log.info(f"early stopping at update {self.step}: no better {self.cfg.valid.metric} in "
+                 f"{self.cfg.valid.patience} validations")
+        return True
 
-    return SummaryWriter(str(run_dir / "tensorboard"))
+    def _write_dev(self, metrics: Dict[str, float], hypotheses: List[str]) -> None:
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"dev/{name}", value, self.step)
+        if hypotheses:
+            sources, references = self.dev
+            shown = list(zip(sources, hypotheses, references))[:5]
+            self.writer.add_text("dev/translations", "\n\n".join(f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in shown), self.step)
+
+    def stop(self) -> bool:
+        """True when time is up; a stop signal saves and raises. Agreed by all processes, so
+        that none waits for the others."""
+        seen = [float(self.stop_signal.received is not None), float(time.monotonic() >= self.deadline)]
+        signal_seen, time_up = distributed.all_sum(seen, self.context)
+        if signal_seen:
+            self.save()
+            raise TranslateError(
+                f"stopped by {self.stop_signal.name or 'a stop signal on another process'} at update {self.step}: "
+                f"saved {self.last_path}; run the same command to resume"
+            )
+        if time_up:
+            self.settle()
+        return bool(time_up)
+
+    def _report(self) -> None:
+        """The run's last log line: throughput, padding and loss over all its updates."""
+        elapsed = time.monotonic() - self.started
+        totals = self.totals.summed(self.context)
+        if totals.target_tokens:
+            log.info(
+                f"stopped at update {self.step} after {elapsed / 60:.1f} min: {totals.target_tokens / elapsed:.0f} "
+                f"target tokens/s, padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; "
+                f"checkpoint {self.last_path}"
+            )
+
+    def _summary_writer(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(self.run_dir / "tensorboard"))
 
 
 def _progress(total: int, initial: int):

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import logging
-
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, paths
-from translate.config import TranslateConfig
+from translate.config import TranslateConfig, ValidMetric
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import Vocabulary
-from translate.errors import TranslateError
 from translate.loss import LabelSmoothedObjective
-
-log = logging.getLogger("translate.train")
 
 
 @torch.no_grad()
@@ -52,14 +45,14 @@ def dev_bleu(model: nn.Module, vocabulary: Vocabulary, sources: List[str], refer
 class Tracker:
     """The best dev metric so far and validations since it improved (saved in checkpoints)."""
 
-    def __init__(self, metric: str):
+    def __init__(self, metric: ValidMetric):
         self.metric = metric
         self.best: Optional[float] = None
         self.since_best = 0
 
     def update(self, value: float) -> bool:
         """Record a validation; True if it is the best so far (lower loss, or higher BLEU)."""
-        better = self.best is None or (value > self.best if self.metric == "bleu" else value < self.best)
+        better = self.best is None or (value > self.best if self.metric == ValidMetric.bleu else value < self.best)
         if better:
             self.best, self.since_best = value, 0
         else:
@@ -67,40 +60,27 @@ class Tracker:
         return better
 
     def state_dict(self) -> dict:
-        return {"metric": self.metric, "best": self.best, "since_best": self.since_best}
+        return {"metric": str(self.metric), "best": self.best, "since_best": self.since_best}  # plain values
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("metric") == self.metric:
             self.best, self.since_best = state["best"], state["since_best"]
 
 
-def dev_sentences(cfg: TranslateConfig):
+def dev_sentences(cfg: TranslateConfig) -> Tuple[List[str], List[str]]:
+    """The first valid.bleu_sentences (source, reference) pairs of the dev split."""
     from translate.data.loading import load_corpus
 
     sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
     return sources[: cfg.valid.bleu_sentences], references[: cfg.valid.bleu_sentences]
 
 
-def validate(cfg, context, model, data, vocabulary, tracker: Tracker, dev, writer, step: int, run_dir: Path) -> bool:
-    """Validate on rank 0, keep checkpoint_best.pt; returns whether to stop early (agreed by all)."""
-    stop = False
-    if context.is_main:
-        metrics = dev_loss(model, data.valid, cfg.train.tokens_per_batch, context.device, cfg.train.label_smoothing)
-        if dev is not None:
-            metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
-            writer.add_text("dev/translations", "\n\n".join(
-                f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in list(zip(dev[0], hypotheses, dev[1]))[:5]), step)
-        for name, value in metrics.items():
-            writer.add_scalar(f"dev/{name}", value, step)
-        if cfg.valid.metric not in metrics:
-            raise TranslateError(f"valid.metric={cfg.valid.metric} needs valid.bleu_sentences > 0" if cfg.valid.metric == "bleu"
-                                 else f"valid.metric={cfg.valid.metric!r}: choose loss or bleu")
-        improved = tracker.update(metrics[cfg.valid.metric])
-        text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-        log.info(f"update {step}: dev {text}" + (" (best)" if improved else f" (best {tracker.best:.3f})"))
-        if improved:
-            languages = [cfg.data.src_lang, cfg.data.tgt_lang]
-            payload = checkpoint.weights(model, model.cfg, vocabulary.model_bytes, languages, step)
-            checkpoint.save(run_dir / paths.BEST_CHECKPOINT, {**payload, "dev": metrics})
-        stop = bool(cfg.valid.patience) and tracker.since_best >= cfg.valid.patience
-    return distributed.any_true(stop, context)
+def evaluate(model: nn.Module, valid: EncodedSplit, vocabulary: Vocabulary, dev: Optional[Tuple[List[str], List[str]]],
+             tokens_per_batch: int, label_smoothing: float, device: torch.device) -> Tuple[Dict[str, float], List[str]]:
+    """The dev metrics (loss, nll, and bleu where `dev` sentences are given) and the dev
+    translations (none without `dev`)."""
+    metrics = dev_loss(model, valid, tokens_per_batch, device, label_smoothing)
+    hypotheses: List[str] = []
+    if dev is not None:
+        metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
+    return metrics, hypotheses

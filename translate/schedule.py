@@ -1,0 +1,59 @@
+"""The paper's learning-rate schedule (section 5.3): linear warmup, then inverse square root decay."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Union
+
+import torch
+from torch import Tensor
+
+
+class InverseSquareRootSchedule:
+    """lrate = lr_scale * d_model^-0.5 * min(n^-0.5, n * warmup_steps^-1.5) for update n (from 1).
+
+    It counts the updates applied so far in a device scalar, so that an update dropped on the
+    device (a non-finite gradient, found without the host reading anything) leaves the count,
+    and so the rate of the next update, where they were. The rate is a device scalar too, for
+    the fused Adam kernel to read there: a row of a table of every update's rate, computed once
+    on the host in Python floats (device arithmetic would round some rates differently).
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int, lr_scale: float = 1.0, updates: int = 100000,
+                 device: torch.device = torch.device("cpu")):
+        if warmup_steps < 1:
+            raise ValueError(f"warmup_steps ({warmup_steps}) must be at least 1")
+        self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
+        # CUDA's fused Adam reads a float32 rate; elsewhere float64 is the Python float exactly.
+        dtype = torch.float32 if device.type == "cuda" else torch.float64
+        rates = [self.rate_at(n) for n in range(1, updates + 2)]  # (updates + 1,): one past the last
+        self.rates = torch.tensor(rates, dtype=dtype, device=device)
+        self.applied = torch.zeros(1, dtype=torch.long, device=device)  # (1,) updates applied so far
+
+    def rate_at(self, n: int) -> float:
+        """The learning rate of update n."""
+        n = max(n, 1)
+        return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
+
+    def rate(self) -> Tensor:
+        """The learning rate of the next update: a () device scalar, nothing read back."""
+        row = self.applied.clamp(max=len(self.rates) - 1)  # (1,) past the table: its last rate
+        return self.rates.index_select(0, row).squeeze(0)
+
+    def step(self, dropped: Union[bool, Tensor] = False) -> None:
+        """Count the update just made; where `dropped` (a device flag) is set, it did not count."""
+        self.applied += 1
+        self.step_back(dropped)
+
+    def step_back(self, where: Union[bool, Tensor] = True) -> None:
+        """Take back one step (where `where` is set): the rate is again exactly what it was."""
+        self.applied -= torch.as_tensor(where, device=self.applied.device).long()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Plain numbers: the applied updates (read from the device) and the settings."""
+        return {"applied": int(self.applied.item()), "d_model": self.d_model, "warmup_steps": self.warmup_steps,
+                "lr_scale": self.lr_scale}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Our own state, or that of the LambdaLR that checkpoints written before this class
+        hold (its last_epoch counted the applied updates the same way)."""
+        self.applied.fill_(int(state["applied"] if "applied" in state else state["last_epoch"]))
