@@ -36,7 +36,7 @@ def test_tiny_preset_is_the_scaled_down_recipe(compose):
 
 
 def test_run_dir_is_derived_from_preset_and_data():
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
 
     assert load_config("train", ["config=base"]).run_dir == "runs/base-wmt14_en_de"
     assert load_config("decode", ["config=base"]).run_dir == "runs/base-wmt14_en_de"
@@ -45,7 +45,7 @@ def test_run_dir_is_derived_from_preset_and_data():
 
 
 def test_every_verb_defaults_to_base():
-    from translate.cli import load_config
+    from translate.hydra_cli import load_config
 
     for verb in ("train", "decode", "bleu"):
         assert load_config(verb, []).run_dir == "runs/base-wmt14_en_de"
@@ -85,3 +85,65 @@ def test_bare_translate_lists_the_verbs():
     assert result.returncode != 0
     for verb in ("train", "decode", "bleu"):
         assert verb in result.stdout
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("valid.metric=blue", "valid.metric"),
+        ("train.precision=fp8", "expected one of [auto, fp32, bf16, fp16]"),
+        ("data.vocab_type=wordpiece", "expected one of [bpe, unigram]"),
+        ("bleu.format=xml", "expected one of [text, json]"),
+    ],
+)
+def test_a_wrong_enumerated_value_fails_at_start_up_naming_the_choices(override, expected):
+    result = run_cli("train", override)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and override.split("=")[0] in lines[0], result.stderr
+
+
+def test_a_broken_rule_between_settings_fails_at_start_up():
+    """valid.metric=bleu needs dev sentences to translate: said before any training."""
+    result = run_cli("train", "config=tiny", "valid.metric=bleu")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "valid.metric=bleu needs valid.bleu_sentences > 0" in lines[0], result.stderr
+    assert "preparing" not in result.stderr
+
+
+def test_big_differs_from_base_by_tables_row_and_its_averaging_alone(compose):
+    """The presets state only what differs: big is Table 3's big row, 300K updates, and the
+    average of the last 20 checkpoints (section 6.1)."""
+    from translate.config import to_plain
+
+    def leaves(tree, prefix=""):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    base, big = (dict(leaves(to_plain(compose("train", f"config={name}")))) for name in ("base", "big"))
+    differing = {key for key in base if base[key] != big[key]}
+    assert differing == {"model.d_model", "model.d_ff", "model.heads", "model.dropout", "train.max_steps",
+                         "checkpoint.keep_last", "checkpoint.average_last"}
+
+
+def test_group_files_state_only_what_differs_from_the_schema():
+    """Each default is stated once, in translate/config.py: a config group's file that restates
+    a default (warmup_steps: 4000 in optim/noam.yaml, say) fails here."""
+    from dataclasses import fields
+    from omegaconf import OmegaConf
+
+    from translate import config
+    from translate.hydra_cli import CONFIG_DIR
+
+    schemas = {"model": config.ModelConfig, "data": config.DataConfig, "optim": config.OptimConfig}
+    restated = []
+    for group, schema in schemas.items():
+        defaults = {f.name: getattr(schema(), f.name) for f in fields(schema)}
+        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+            values = OmegaConf.to_container(OmegaConf.load(path) or OmegaConf.create()) or {}
+            restated += [f"{group}/{path.name}: {key}" for key, value in values.items() if defaults.get(key) == value]
+    assert restated == []

@@ -17,7 +17,13 @@ def test_flops_per_target_token_match_the_papers_reading(d_model, d_ff, heads, e
     with torch.device("meta"):
         parameters = Transformer(cfg).num_parameters()
     assert per_token == pytest.approx(6 * parameters, rel=0.1)  # 6 x parameters, plus attention
-    assert PAPER_COMPUTE[d_model] in (3.3e18, 2.3e19)
+
+
+@pytest.mark.parametrize("d_model, hours", [(512, 12), (1024, 3.5 * 24)])
+def test_paper_compute_is_the_papers_own_estimate(d_model, hours):
+    """Table 2's training cost, as the paper estimates it (footnote 5): training time x 8
+    GPUs x 9.5 TFLOP/s, the P100's sustained single-precision rate (12 h base, 3.5 days big)."""
+    assert PAPER_COMPUTE[d_model] == pytest.approx(hours * 3600 * 8 * 9.5e12, rel=0.02)
 
 
 def test_longer_sources_cost_more_per_target_token():

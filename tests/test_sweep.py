@@ -36,7 +36,7 @@ if "TRANSLATE_PROBE" in os.environ:
     def state():
         threads = sorted(t.name for t in threading.enumerate() if t.name != "tqdm_monitor")  # tqdm's, for good
         return {"dist": dist.is_initialized(), "python_threads": threads,
-                "torch_threads": torch.get_num_threads(), "log_level": logging.getLogger("translate.train").level,
+                "torch_threads": torch.get_num_threads(), "log_level": logging.getLogger("translate").level,
                 **{name: repr(signal.getsignal(getattr(signal, name))) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2")}}
 
     original = t.train
@@ -103,10 +103,10 @@ def test_a_sweep_job_run_dir_is_a_plain_override(compose):
 
 
 def test_sweep_folders_name_only_the_swept_keys():
-    from translate.hydra_cli import _sweep_overrides
+    from translate.hydra_cli import sweep_overrides
 
-    assert _sweep_overrides(["config=tiny", "optim.lr_scale=1,2"]) == []  # not a multirun
-    (excluded,) = _sweep_overrides(["-m", "config=tiny", "data.path=/x/y", "optim.lr_scale=1,2", "model=tiny,base",
+    assert sweep_overrides(["config=tiny", "optim.lr_scale=1,2"]) == []  # not a multirun
+    (excluded,) = sweep_overrides(["-m", "config=tiny", "data.path=/x/y", "optim.lr_scale=1,2", "model=tiny,base",
                                     "hydra/launcher=submitit_local", "run_dir=runs/a"])
     assert excluded == "hydra.job.config.override_dirname.exclude_keys=['config','data.path','run_dir']"
 

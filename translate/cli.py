@@ -22,11 +22,11 @@ from translate.errors import TranslateError
 from translate.hydra_cli import (
     CONFIG_DIR,
     HYDRA_QUIET,
-    _check_overrides,
-    _sweep_overrides,
+    check_overrides,
     job_run_dir,
     quiet_hydra_warnings,
     register,
+    sweep_overrides,
     to_typed,
     with_overrides,
 )
@@ -84,7 +84,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     import hydra
 
-    problem = _check_overrides(verb, overrides)
+    problem = check_overrides(verb, overrides)
     if problem:
         print(f"translate {verb}: error: {problem}", file=sys.stderr)
         sys.exit(1)
@@ -103,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if code:
             sys.exit(code)
 
-    extra = _sweep_overrides(overrides)
+    extra = sweep_overrides(overrides)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
         extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
     overrides = with_overrides(overrides, extra)

@@ -34,7 +34,7 @@ HYDRA_QUIET = ["hydra.output_subdir=null", f"hydra.job_logging.handlers.file.fil
 
 def sweep_job_dir(override_dirname: str) -> str:
     """The folder of one multirun job inside run_dir: its swept overrides, as Hydra's
-    override_dirname with `:` and `+` (common.yaml; _sweep_overrides excludes the keys not swept),
+    override_dirname with `:` and `+` (common.yaml; sweep_overrides excludes the keys not swept),
     e.g. `optim.lr_scale:2+train.seed:3`, a name that a `run_dir=` override takes unquoted.
     Other characters become `_`, overlong names are shortened by a hash; "." when nothing is swept."""
     name = re.sub(r"[^\w.:+@%-]", "_", override_dirname)
@@ -144,7 +144,7 @@ def with_overrides(arguments: List[str], extra: List[str]) -> List[str]:
     return arguments[:first] + extra + arguments[first:]
 
 
-def _sweep_overrides(overrides: List[str]) -> List[str]:
+def sweep_overrides(overrides: List[str]) -> List[str]:
     """For a multirun: Hydra's override_dirname (hence each job's folder) names only the swept
     keys; the others are the same for every job (and may be long paths). run_dir never counts."""
     if not _is_multirun(overrides):
@@ -163,7 +163,7 @@ def _sweep_overrides(overrides: List[str]) -> List[str]:
     return [f"hydra.job.config.override_dirname.exclude_keys=[{keys}]"]
 
 
-def _check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
+def check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     """Compose once up front so that a bad key or value is reported as one line.
 
     Skipped for multirun sweeps (their comma lists are not single values) and for Hydra's
