@@ -77,3 +77,121 @@ def test_time_based_checkpoints(tmp_path):
     result = run_cli("train", *overrides)
     assert result.returncode == 0, result.stderr
     assert [p.name for p in checkpoint.numbered(run_dir)] == ["checkpoint_1.pt", "checkpoint_2.pt", "checkpoint_3.pt"]
+
+
+class Planted:
+    """Unpickled by a plain pickle loader, this creates a file: what a shared .pt could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def planted_checkpoint(path: Path, marker: Path) -> Path:
+    payload = write_model(path, seed=0)
+    payload["model"]["embedding.weight"] = Planted(marker)
+    torch.save(payload, path)
+    return path
+
+
+def test_a_pickle_that_would_run_code_is_refused_on_every_load_path(tmp_path, compose):
+    """Resume, init_from, decode, average and export: one line naming the file, and nothing
+    in it runs (the file it would create never appears)."""
+    from translate.data.vocabulary import Vocabulary
+    from translate.decode import Translator
+    from translate.export import export
+    from translate.resume import load_training_state, load_weights
+
+    marker = tmp_path / "ran"
+    evil = planted_checkpoint(tmp_path / "run" / "checkpoint_1.pt", marker)
+    cfg = ModelConfig(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=30)
+    model = Transformer(cfg)
+    attempts = {
+        "resume": lambda: load_training_state(evil, model, cfg, Vocabulary.__new__(Vocabulary), None, None, None, None),
+        "init_from": lambda: load_weights(evil, model, cfg, None),
+        "decode": lambda: Translator.from_checkpoint(evil),
+        "average": lambda: checkpoint.average_last(evil.parent, 1),
+        "export": lambda: export(compose("export", f"export.checkpoint={evil}", f"export.output={tmp_path}/out")),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(TranslateError, match="is not a plain checkpoint: it holds an object of io.open") as error:
+            attempt()
+        assert str(evil) in str(error.value) and "\n" not in str(error.value), name
+    assert not marker.exists()
+    result = run_cli("decode", f"decode.checkpoint={evil}", f"run_dir={tmp_path}/run")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and "not a plain checkpoint" in result.stderr
+    assert not marker.exists()
+
+
+def test_checkpoints_of_before_load_safely(tmp_path):
+    """torch.save of the same plain data, as every earlier version wrote: tensors, numbers,
+    strings, bytes, lists, tuples and dicts load without the weights-only loader objecting."""
+    payload = write_model(tmp_path / "old.pt", seed=1)
+    payload.update(optimizer={"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"betas": (0.9, 0.98)}]},
+                   scheduler={"last_epoch": 3, "base_lrs": [1.0], "_last_lr": [0.5], "lr_lambdas": [None]},
+                   processes=[{"torch": torch.get_rng_state(), "batches": {"epoch": 0, "position": 3}}])
+    torch.save(payload, tmp_path / "old.pt")
+    loaded = checkpoint.load(tmp_path / "old.pt")
+    assert loaded["scheduler"]["last_epoch"] == 3 and loaded["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.98)
+
+
+def test_a_damaged_checkpoint_is_one_line_and_nothing_changes(tmp_path):
+    write_model(tmp_path / "checkpoint_1.pt", seed=1)
+    whole = (tmp_path / "checkpoint_1.pt").read_bytes()
+    (tmp_path / "checkpoint_1.pt").write_bytes(whole[: len(whole) // 2])
+    before = sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir())
+    with pytest.raises(TranslateError, match="checkpoint_1.pt cannot be read, it is damaged or truncated") as error:
+        checkpoint.average_last(tmp_path, 1)
+    assert "move it away, or use another checkpoint" in str(error.value) and "\n" not in str(error.value)
+    assert sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir()) == before
+
+
+def test_averaging_while_training_deletes_the_oldest(tmp_path, monkeypatch):
+    """decode builds the average while training saves a newer checkpoint and prunes the oldest
+    (checkpoint.keep_last): the newest ones are listed again and averaged."""
+    for step in (1, 2, 3):
+        write_model(tmp_path / f"checkpoint_{step}.pt", seed=step, step=step)
+    original = checkpoint.load
+
+    def training_meanwhile(path):
+        if path.name == "checkpoint_1.pt" and path.exists():  # between listing and reading it
+            write_model(tmp_path / "checkpoint_4.pt", seed=4, step=4)
+            path.unlink()
+        return original(path)
+
+    monkeypatch.setattr(checkpoint, "load", training_meanwhile)
+    destination = checkpoint.average_last(tmp_path, 3)
+    averaged = original(destination)
+    assert [Path(p).name for p in averaged["averaged"]] == ["checkpoint_2.pt", "checkpoint_3.pt", "checkpoint_4.pt"]
+
+
+def test_a_full_disk_while_saving_loses_nothing(tmp_path):
+    """A real write error (a file-size limit: EFBIG) while checkpoint_last.pt is written: one
+    line naming it, the previous one intact and loadable, no temporary file left, exit 1."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    need(MULTI30K)
+    overrides = SMALL[:-2] + ["checkpoint.every_steps=5", "checkpoint.every_minutes=null", "valid.every_steps=0",
+                              f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    assert run_cli("train", *overrides, "train.max_steps=5").returncode == 0
+    last = tmp_path / "run" / "checkpoint_last.pt"
+    assert last.stat().st_size > 200_000  # the limit below stops it, and nothing smaller
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    result = subprocess.run([sys.executable, "-m", "translate", "train", *overrides, "train.max_steps=10"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600, preexec_fn=limited)
+    assert result.returncode == 1, result.stderr
+    line = next(l for l in result.stderr.splitlines() if "error:" in l)
+    assert f"cannot write {last}: File too large; the previous checkpoint_last.pt is intact" in line
+    assert checkpoint.load(last)["step"] == 5
+    assert not list((tmp_path / "run").glob(".checkpoint*"))  # no half-written file left behind

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import tempfile
+import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
@@ -38,34 +40,70 @@ def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: bytes, languag
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+    """Write to a temporary file in the same folder, fsync, then rename over `path`: a failed
+    write (a full disk, a file-size limit) leaves the previous file as it was, and says so."""
     missing = [key for key in REQUIRED if key not in payload]
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as error:
+        raise TranslateError(f"cannot write {path}: {error.strerror or error}") from None
     try:
         with os.fdopen(handle, "wb") as file:
             torch.save(payload, file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
-        raise
+        failed = _os_error(error)
+        if failed is None:
+            raise
+        before = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
+        raise TranslateError(f"cannot write {path}: {failed.strerror or failed}; {before}") from None
+
+
+def _os_error(error: Optional[BaseException]) -> Optional[OSError]:
+    """The OSError behind a failed write (torch.save's zip writer may wrap it in a RuntimeError)."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def load(path: Path) -> Dict[str, Any]:
-    """Read and validate a checkpoint; any problem is one TranslateError line."""
-    if not path.is_file():
-        raise MissingCheckpoint(f"no checkpoint at {path}")
+    """Read and validate a checkpoint; any problem is one TranslateError line.
+
+    Nothing in the file runs: torch's weights-only unpickler builds tensors and plain data
+    (dicts, lists, numbers, strings, bytes) and refuses any other object, so a pickle that
+    would run code when opened is refused without running it."""
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:
-        raise TranslateError(f"{path} is not a readable checkpoint: {str(error).splitlines()[0]}") from None
+        with warnings.catch_warnings():  # torch warns of pickle protocols it may not read: the error says it
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise MissingCheckpoint(f"no checkpoint at {path}") from None
+    except pickle.UnpicklingError as error:
+        if "Weights only load failed" not in str(error):  # torch's refusal, as opposed to damage
+            raise _damaged(path, error) from None
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        what = f"an object of {found.group(1)}" if found else "objects other than tensors and plain data"
+        raise TranslateError(f"{path} is not a plain checkpoint: it holds {what}, which could run code when "
+                             "opened; refused, and nothing in it was run") from None
+    except IsADirectoryError:
+        raise TranslateError(f"{path} is a folder, not a checkpoint") from None
+    except Exception as error:  # truncated or damaged: torch's zip reader or the unpickler fails
+        raise _damaged(path, error) from None
     if not isinstance(payload, dict) or any(key not in payload for key in REQUIRED):
         raise TranslateError(f"{path} is not a translate checkpoint (needs keys {', '.join(REQUIRED)})")
     return payload
+
+
+def _damaged(path: Path, error: Exception) -> TranslateError:
+    reason = str(error).split(". ")[0].splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+    return TranslateError(f"{path} cannot be read, it is damaged or truncated ({reason}); nothing was changed: "
+                          "move it away, or use another checkpoint")
 
 
 def model_config(payload: Dict[str, Any]) -> ModelConfig:
@@ -111,15 +149,32 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     return result
 
 
-def average_last(run_dir: Path, count: int) -> Path:
-    """Write run_dir/checkpoint_average.pt from the newest `count` numbered checkpoints."""
-    sources = numbered(run_dir)[-count:]
-    if not sources:
-        raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
+def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
+    """Write run_dir/checkpoint_average.pt from the newest `count` numbered checkpoints. A
+    training in run_dir may delete the oldest of them meanwhile (checkpoint.keep_last): then
+    they are listed again."""
+    for attempt in range(tries):
+        sources = numbered(run_dir)[-count:]
+        if not sources:
+            raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
+        try:
+            averaged = average(sources)
+            break
+        except MissingCheckpoint:
+            if attempt == tries - 1:
+                raise
     destination = run_dir / paths.AVERAGE_CHECKPOINT
-    save(destination, average(sources))
+    save(destination, averaged)
     log.info(f"wrote {destination}: the mean of {len(sources)} checkpoints ({sources[0].name} .. {sources[-1].name})")
     return destination
+
+
+def _modified(path: Path) -> float:
+    """A file's modification time; +inf for one a training has just deleted (so: rebuild)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
 
 
 def average_verb(cfg: TranslateConfig) -> Path:
@@ -137,7 +192,7 @@ def for_decoding(cfg: TranslateConfig) -> Path:
         sources = numbered(path.parent)
         if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
             return path.parent / paths.LAST_CHECKPOINT
-        stale = not path.is_file() or (sources and sources[-1].stat().st_mtime > path.stat().st_mtime)
+        stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))
         if stale and sources:
             average_last(path.parent, cfg.checkpoint.average_last)
     return path
