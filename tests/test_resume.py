@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from tests.conftest import MULTI30K, ROOT, SMALL, need
@@ -218,3 +219,99 @@ def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
     assert payload["step"] >= 5 and len(payload["processes"]) == 2
     assert all(p["batches"]["position"] > 0 for p in payload["processes"])
     assert not torch.equal(payload["processes"][0]["torch"], payload["processes"][1]["torch"])  # each rank its own
+
+
+def test_one_training_per_run_dir_and_readers_welcome(tmp_path):
+    """A second training on a run_dir that trains exits at once naming the holder; decode
+    (which builds the average while training prunes checkpoints) reads it meanwhile; after a
+    kill -9 the lock is gone with its process."""
+    need(MULTI30K)
+    overrides = BASE + ["train.max_steps=100000", "checkpoint.every_steps=2", "checkpoint.keep_last=2",
+                        f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    first = subprocess.Popen([sys.executable, "-m", "translate", "train", *overrides], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "run" / "checkpoint_4.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = train(tmp_path, "run", "train.max_steps=100000")
+        assert second.returncode == 1
+        line = next(l for l in second.stderr.splitlines() if "error:" in l)
+        assert f"{tmp_path / 'run'} is being trained by host " in line and f"process {first.pid} " in line
+        decoded = subprocess.run([sys.executable, "-m", "translate", "decode", *overrides, "checkpoint.average_last=2",
+                                  "decode.max_len_b=3", "decode.split=validation"], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=300)
+        assert decoded.returncode == 0, decoded.stderr
+        assert first.poll() is None  # still training
+    finally:
+        first.kill()
+        first.wait()
+    resumed = train(tmp_path, "run", "train.max_steps=1")  # the lock died with its process
+    assert resumed.returncode == 0 and "nothing to do" in resumed.stderr
+
+
+def test_the_lock_is_released_for_the_next_job_in_the_process(tmp_path):
+    from translate.errors import TranslateError
+    from translate.run_lock import RunLock
+
+    first, second = RunLock(tmp_path), RunLock(tmp_path)
+    first.acquire()
+    with pytest.raises(TranslateError, match=f"process {os.getpid()} since"):
+        second.acquire()
+    first.release()
+    second.acquire()  # a sweep's next job in the same process
+    second.release()
+
+
+SIGINT_ON_CALL = """
+import os, signal
+import translate.train as t
+original, calls = t.train_step, []
+def interrupting(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 8:
+        for _ in range({times}):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of update 8
+    return original(*args, **kwargs)
+t.train_step = interrupting
+"""
+
+
+def test_ctrl_c_stops_at_the_next_update_and_resumes_exactly(tmp_path):
+    """Ctrl-C finishes the update under way, saves, exits 130; the resume ends bit for bit where
+    an uninterrupted run does. A second Ctrl-C exits at once, without saving."""
+    need(MULTI30K)
+    straight = train(tmp_path, "straight", "train.max_steps=11")
+    assert straight.returncode == 0, straight.stderr
+    stopped = train(tmp_path, "stopped", "train.max_steps=11", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=1)))
+    assert stopped.returncode == 130, stopped.stderr
+    assert "stopped by SIGINT at update 8: saved" in stopped.stderr
+    assert checkpoint.load(tmp_path / "stopped" / "checkpoint_last.pt")["step"] == 8
+    resumed = train(tmp_path, "stopped", "train.max_steps=11")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = (checkpoint.load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "stopped"))
+    assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])
+    twice = train(tmp_path, "twice", "train.max_steps=11", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=2)))
+    assert twice.returncode == 130 and "translate train: interrupted" in twice.stderr
+    assert checkpoint.load(tmp_path / "twice" / "checkpoint_last.pt")["step"] == 5  # the last periodic save
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_saves_once_for_all_ranks(tmp_path):
+    """torchrun passes Ctrl-C on to each worker: they stop at the same update, rank 0 saves both
+    processes' states, nothing hangs."""
+    need(MULTI30K)
+    from tests.conftest import TORCHRUN, free_port
+
+    overrides = BASE + ["train.max_steps=100000", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
+    agent = subprocess.Popen([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",
+                              *overrides], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "run" / "checkpoint_5.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    agent.send_signal(signal.SIGINT)
+    _, stderr = agent.communicate(timeout=120)
+    assert agent.returncode != 0
+    assert stderr.count("stopped by SIGINT at update") == 2, stderr
+    payload = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    assert payload["step"] >= 5 and len(payload["processes"]) == 2

@@ -65,7 +65,7 @@ def run_verb(verb: str, cfg: TranslateConfig) -> int:
         _resolve_verb(verb)(cfg)
     except TranslateError as error:
         print(f"translate {verb}: error: {error}", file=sys.stderr)
-        return 1
+        return error.exit_code
     except KeyboardInterrupt:
         print(f"translate {verb}: interrupted", file=sys.stderr)
         return 130

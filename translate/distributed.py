@@ -13,7 +13,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -133,6 +133,15 @@ def all_sum(values: List[float], context: Context) -> List[float]:
     tensor = torch.tensor(values, dtype=torch.float64)  # on the host: gloo (a second group beside NCCL)
     dist.all_reduce(tensor, group=_host_group)
     return tensor.tolist()
+
+
+def from_main(value: Any, context: Context) -> Any:
+    """The main process's value (a small picklable object) on every process."""
+    if not context.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=_host_group)
+    return box[0]
 
 
 def any_true(flag: bool, context: Context) -> bool:

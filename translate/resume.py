@@ -76,10 +76,11 @@ def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabular
 
 
 def stop_signal_numbers() -> List[int]:
-    """SIGTERM and SIGUSR1; in a submitit task also submitit's warning before SLURM's time
-    limit (SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise; hydra.launcher.signal_delay_s
-    before it), whose own handler would end the task without a save."""
-    numbers = [signal.SIGTERM, signal.SIGUSR1]
+    """SIGTERM, SIGUSR1 and SIGINT (Ctrl-C; torchrun passes it on to each worker); in a
+    submitit task also submitit's warning before SLURM's time limit (SIGUSR2 unless
+    SUBMITIT_PREEMPT_SIGNAL says otherwise; hydra.launcher.signal_delay_s before it), whose
+    own handler would end the task without a save."""
+    numbers = [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT]
     if os.environ.get("SUBMITIT_EXECUTOR"):
         number = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
         if number is not None and number not in numbers:
@@ -88,8 +89,9 @@ def stop_signal_numbers() -> List[int]:
 
 
 class StopSignals:
-    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send; see stop_signal_numbers) ask
-    for a save and a clean exit at the next update; the previous handlers come back afterwards."""
+    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) and Ctrl-C ask for a save and
+    a clean exit at the next update (see stop_signal_numbers); a second Ctrl-C exits at once,
+    without saving. The previous handlers come back afterwards."""
 
     def __init__(self):
         self.received: Optional[int] = None
@@ -105,6 +107,8 @@ class StopSignals:
         return signal.Signals(self.received).name if self.received else None
 
     def _handle(self, number, frame) -> None:
+        if number == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: the user will not wait for the save
         self.received = number
 
     def close(self) -> None:

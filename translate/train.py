@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import sys
 import time
 from collections import deque
@@ -25,12 +26,13 @@ from translate.config import TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
-from translate.errors import TranslateError
+from translate.errors import Interrupted, TranslateError
 from translate.flops import Accounting
 from translate.loss import LabelSmoothedObjective
 from translate.model import Transformer
 from translate.optim import build_optimizer
 from translate.precision import MixedPrecision
+from translate.run_lock import RunLock
 from translate.step import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.validate import Tracker, dev_sentences, evaluate
 
@@ -42,18 +44,35 @@ def train(cfg: TranslateConfig) -> Path:
     """Train until train.max_steps updates or train.max_minutes; returns the last checkpoint.
 
     Under torchrun every process trains its share of each update (DistributedDataParallel);
-    only the main process logs and writes checkpoints.
+    only the main process logs and writes checkpoints, and holds run_dir's lock for the job.
     """
     context = distributed.init()
     # What a run changes in the process comes back afterwards, so that the next job of a
     # multirun sweep (run one after another in this process) starts clean.
     threads, level = torch.get_num_threads(), package_log.level
+    lock = RunLock(Path(cfg.run_dir))
     try:
+        _own(lock, context)
         return Trainer(cfg, context).run()
     finally:
+        lock.release()
         distributed.shutdown()
         torch.set_num_threads(threads)
         package_log.setLevel(level)
+
+
+def _own(lock: RunLock, context: distributed.Context) -> None:
+    """The main process takes run_dir's lock for the whole job; if another training holds it,
+    every process of this job stops with the holder's name, before anything is written."""
+    problem = None
+    if context.is_main:
+        try:
+            lock.acquire()
+        except TranslateError as error:
+            problem = str(error)
+    problem = distributed.from_main(problem, context)
+    if problem:
+        raise TranslateError(problem)
 
 
 def _every(n: int, period: int) -> bool:
@@ -169,10 +188,6 @@ class Trainer:
             self.progress = _progress(self.cfg.train.max_steps, self.step) if self.context.is_main else None
             self.stop_signal = resume.StopSignals()
             self._loop()
-        except KeyboardInterrupt:
-            self.save()
-            log.info(f"interrupted at update {self.step}: saved {self.last_path}")
-            raise
         finally:
             for resource in (self.stop_signal, self.progress, self.writer):
                 if resource is not None:
@@ -338,10 +353,9 @@ class Trainer:
         signal_seen, time_up = distributed.all_sum(seen, self.context)
         if signal_seen:
             self.save()
-            raise TranslateError(
-                f"stopped by {self.stop_signal.name or 'a stop signal on another process'} at update {self.step}: "
-                f"saved {self.last_path}; run the same command to resume"
-            )
+            stopped = Interrupted if self.stop_signal.received == signal.SIGINT else TranslateError
+            raise stopped(f"stopped by {self.stop_signal.name or 'a stop signal on another process'} at update "
+                          f"{self.step}: saved {self.last_path}; run the same command to resume")
         if time_up:
             self.settle()
         return bool(time_up)
