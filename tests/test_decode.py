@@ -88,3 +88,54 @@ def test_bad_decode_options_are_one_line(trained_run):
     result = run_cli("decode", *trained_run, "decode.nbest=9")
     assert result.returncode == 1 and "decode.nbest (9)" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# Lines a user's file may hold: empty, whitespace only, CR LF ends, and one far longer than
+# anything in training.
+AWKWARD = ["A dog runs.", "", "   ", "\t", "Two men are talking.", " ".join(["dog"] * 3000), "A cat."]
+
+
+def test_every_input_line_gets_one_output_line(trained_run, tmp_path):
+    """In order, exit 0; an empty (or whitespace-only) line gives an empty line; a line over
+    decode.max_source_length tokens is cut to it with one warning naming it."""
+    source = tmp_path / "awkward.en"
+    source.write_bytes("\r\n".join(AWKWARD).encode("utf-8") + b"\r\n")
+    output = tmp_path / "awkward.de"
+    result = run_cli("decode", *trained_run, f"decode.input={source}", f"decode.output={output}", "decode.max_len_b=5",
+                     "decode.max_source_length=100")
+    assert result.returncode == 0, result.stderr
+    lines = output.read_bytes().decode("utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == len(AWKWARD)  # one line each, each ending in \n
+    assert lines[1:4] == ["", "", ""] and all(lines[i] for i in (0, 4, 5, 6))
+    warnings = [line for line in result.stderr.splitlines() if "max_source_length" in line]
+    assert len(warnings) == 1 and "line 6:" in warnings[0] and "cut to it" in warnings[0]
+    # Alone, each line gives what it gives in the file: cutting and batching change nothing else.
+    alone = run_cli("decode", *trained_run, f"decode.input={source}", f"decode.output={tmp_path / 'again.de'}",
+                    "decode.max_len_b=5", "decode.max_source_length=100", "decode.tokens_per_batch=1")
+    assert alone.returncode == 0 and (tmp_path / "again.de").read_bytes() == output.read_bytes()
+
+
+def test_stdin_gets_a_line_for_every_line(trained_run):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    text = "\r\n".join(AWKWARD[:5]) + "\r\nA lone \r inside a line.\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "translate", "decode", *trained_run, "decode.input=-", "decode.max_len_b=5"],
+        input=text.encode("utf-8"), capture_output=True, cwd=ROOT, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode("utf-8").split("\n")
+    assert len(lines) - 1 == 6 and lines[1:4] == ["", "", ""]
+
+
+def test_the_source_cap_is_the_translators_own(translator):
+    """Cut to the cap, a long sentence translates as its first max_source_length tokens do."""
+    long_sentence = " ".join(["A dog runs across the grass."] * 200)
+    encoded = translator.vocabulary.encode([long_sentence])[0]
+    assert len(encoded) > 300
+    cut = translator.vocabulary.decode([encoded[:300]])[0]
+    ours = translator.search([long_sentence], beam_size=2, max_len_b=5, max_source_length=300)
+    assert ours[0][0].tokens == translator.search([cut], beam_size=2, max_len_b=5)[0][0].tokens

@@ -176,6 +176,10 @@ class DecodeConfig:
     length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
+    # Source tokens kept of an input line (sentencepiece pieces, before EOS): longer lines are
+    # cut to it, with a warning naming them; every decoder and the exports' position tables
+    # serve this much (and its output cap, max_len_a * it + max_len_b).
+    max_source_length: int = 1024
     tokens_per_batch: int = 16000  # padded source tokens times beam size per decoding batch
     nbest: int = 1  # hypotheses written per sentence (index, score, text; tab-separated when > 1)
     sampling: bool = False  # sample instead of searching (temperature, top_k, top_p apply)
@@ -189,6 +193,8 @@ class DecodeConfig:
             raise ValueError(f"decode.nbest ({self.nbest}) must be between 1 and decode.beam_size ({self.beam_size})")
         if self.sampling and self.temperature <= 0:
             raise ValueError(f"decode.temperature ({self.temperature}) must be positive")
+        if self.max_source_length < 1:
+            raise ValueError(f"decode.max_source_length ({self.max_source_length}) must be at least 1")
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 from translate import checkpoint, paths
 from translate.config import TranslateConfig
 from translate.data.batching import pad
-from translate.data.loading import load_corpus, read_lines
+from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
 from translate.errors import TranslateError
 from translate.model import Transformer
@@ -69,19 +69,25 @@ class Translator:
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 1,
+        max_source_length: int = 1024,
+        first_line: int = 1,
     ) -> List[List[Hypothesis]]:
-        """Each sentence's hypotheses, best first, in input order.
+        """Each sentence's hypotheses, best first, in input order: one entry per sentence, and
+        for an empty (or whitespace-only) one an empty translation.
 
         Sentences are sorted by length and batched so that a batch holds about
         tokens_per_batch padded source tokens times the beam size; the output length is
-        limited to max_len_a * source length + max_len_b (paper: input length + 50).
+        limited to max_len_a * source length + max_len_b (paper: input length + 50). Sources
+        over max_source_length tokens are cut to it (a warning names them, counting lines
+        from first_line).
         """
-        encoded = self.vocabulary.encode(list(sentences))
+        encoded = self.encode_sources(sentences, max_source_length, first_line)
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
+        order = order[lengths[order] > 1]  # an empty source needs no search
         rows = 1 if sampling else beam_size
         generator = torch.Generator().manual_seed(seed)
-        results: List[List[Hypothesis]] = [[] for _ in encoded]
+        results: List[List[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in encoded]
         start = 0
         while start < len(order):
             size = max(1, tokens_per_batch // (int(lengths[order[start]]) * rows))
@@ -100,13 +106,26 @@ class Translator:
         return results
 
 
+    def encode_sources(self, sentences: Sequence[str], max_source_length: int, first_line: int = 1) -> List[List[int]]:
+        """Token ids of each sentence, at most max_source_length of them; a warning names the
+        lines cut."""
+        encoded = self.vocabulary.encode(list(sentences))
+        cut = [first_line + i for i, ids in enumerate(encoded) if len(ids) > max_source_length]
+        if cut:
+            shown = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")
+            log.warning(f"line{'s' if len(cut) > 1 else ''} {shown}: longer than decode.max_source_length="
+                        f"{max_source_length} tokens, cut to it")
+            encoded = [ids[:max_source_length] for ids in encoded]
+        return encoded
+
+
 def write_lines(path: Path, lines: Sequence[str]) -> None:
     """Write atomically: a failure never leaves a half-written file in place of an old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.writelines(line.replace("\n", " ") + "\n" for line in lines)
+            file.writelines(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)  # a line each
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -120,7 +139,7 @@ def search_options(cfg: TranslateConfig) -> dict:
     return dict(
         beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
         tokens_per_batch=d.tokens_per_batch, sampling=d.sampling, temperature=d.temperature,
-        top_k=d.top_k, top_p=d.top_p, seed=d.seed,
+        top_k=d.top_k, top_p=d.top_p, seed=d.seed, max_source_length=d.max_source_length,
     )
 
 
@@ -175,8 +194,10 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
 
 
 def _stream(translator: Translator, options: dict, nbest: int) -> None:
-    """Interactive use: each line from stdin is translated and printed at once."""
-    for index, line in enumerate(sys.stdin):
-        results = translator.search([line.rstrip("\r\n")], **options)
+    """Interactive use: each line from stdin is translated and printed at once. Lines end at
+    \n alone, as in files (text mode would also end them at a lone \r)."""
+    for index, raw in enumerate(sys.stdin.buffer):
+        line = decode_line(raw, Path("<stdin>"), index + 1)
+        results = translator.search([line], first_line=index + 1, **options)
         for text in format_output(translator, results, nbest, first_index=index):
-            print(text, flush=True)
+            print(text.replace("\n", " "), flush=True)

@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 
 from translate import checkpoint
-from translate.config import TranslateConfig
+from translate.config import DecodeConfig, TranslateConfig
 from translate.data.vocabulary import BOS, EOS, PAD, UNK
 from translate.errors import TranslateError
 
@@ -26,7 +26,14 @@ log = logging.getLogger("translate.export")
 
 MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
 SENTENCEPIECE = "sentencepiece.model"
-POSITIONS = 2048  # rows of the exported position table: CTranslate2 cannot grow it as we do
+POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 cannot grow it as we do
+
+
+def positions(decode: DecodeConfig) -> int:
+    """Rows of position table that serve decode.max_source_length source tokens (and EOS) and
+    their longest output (and BOS)."""
+    longest_output = int(decode.max_len_a * decode.max_source_length + decode.max_len_b) + 2
+    return max(POSITIONS, decode.max_source_length + 1, longest_output)
 
 
 def output_dir(cfg: TranslateConfig) -> Path:
@@ -47,8 +54,9 @@ def export(cfg: TranslateConfig) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
-        _write_ctranslate2(translator, staging)
-        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()), "languages": list(translator.languages or [])}
+        _write_ctranslate2(translator, staging, positions(cfg.decode))
+        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
+                  "languages": list(translator.languages or []), "max_source_length": cfg.decode.max_source_length}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException:
@@ -79,7 +87,7 @@ def _swap_in(staging: Path, output: Path) -> None:
         staging.rename(output)
 
 
-def _write_ctranslate2(translator, folder: Path) -> None:
+def _write_ctranslate2(translator, folder: Path, position_rows: int = POSITIONS) -> None:
     """Fill CTranslate2's TransformerSpec from our model and save it into `folder`."""
     try:
         import ctranslate2.specs as specs
@@ -91,7 +99,7 @@ def _write_ctranslate2(translator, folder: Path) -> None:
     spec = specs.TransformerSpec.from_config(
         cfg.layers, cfg.heads, pre_norm=False, activation=specs.Activation.RELU
     )
-    _fill_embeddings(spec, weights, cfg)
+    _fill_embeddings(spec, weights, cfg, position_rows)
     _fill_layers(spec, weights)
     _fill_vocabulary_and_config(spec, translator.vocabulary)
     spec.validate()
@@ -100,15 +108,15 @@ def _write_ctranslate2(translator, folder: Path) -> None:
     (folder / SENTENCEPIECE).write_bytes(translator.vocabulary.model_bytes)
 
 
-def _fill_embeddings(spec, weights: Dict[str, np.ndarray], cfg) -> None:
+def _fill_embeddings(spec, weights: Dict[str, np.ndarray], cfg, position_rows: int) -> None:
     """The shared embedding (inputs of both stacks and the output projection) and our position table."""
     from translate.model import PositionalEncoding
 
     embedding = weights["embedding.weight"][: cfg.vocab_size]  # (V, D) without padding rows, shared by inputs and output
-    positions = PositionalEncoding(cfg.d_model, max_len=POSITIONS).table.numpy()  # interleaved sin/cos
+    table = PositionalEncoding(cfg.d_model, max_len=position_rows).table.numpy()  # interleaved sin/cos
     for stack in (spec.encoder, spec.decoder):
         stack.scale_embeddings = True  # sqrt(d_model) * E[x] + PE, as Transformer.embed
-        stack.position_encodings.encodings = positions
+        stack.position_encodings.encodings = table
     spec.encoder.embeddings[0].weight = embedding
     spec.decoder.embeddings.weight = embedding
     spec.decoder.projection.weight = embedding
@@ -169,8 +177,10 @@ def ctranslate2_translate(
     device: str = "cpu",
     threads: int = 0,
     length_penalty: float = 1.0,
+    max_source_length: int = 1024,
 ) -> List[str]:
-    """Translate with an exported model, framed and limited as Translator.translate.
+    """Translate with an exported model, framed and limited as Translator.translate (sources
+    cut to max_source_length tokens; an empty one gives an empty translation).
 
     With beam_size > 1 results may differ from ours: CTranslate2's length penalty divides by
     length ** length_penalty, not GNMT's ((5 + length) / 6) ** alpha.
@@ -181,11 +191,13 @@ def ctranslate2_translate(
     model_dir = Path(model_dir)
     processor = spm.SentencePieceProcessor(model_file=str(model_dir / SENTENCEPIECE))
     translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
-    sources = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(list(sentences), out_type=int)]
+    encoded = processor.encode(list(sentences), out_type=int)
+    sources = [[processor.id_to_piece(i) for i in ids[:max_source_length]] for ids in encoded]
     # One length limit per call, so group sentences of equal limit (len + 50 tokens, EOS aside).
     groups: Dict[int, List[int]] = defaultdict(list)
     for index, tokens in enumerate(sources):
-        groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
+        if tokens:  # an empty source stays an empty translation, as in ours
+            groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
     outputs: List[str] = [""] * len(sources)
     banned = [[processor.id_to_piece(i)] for i in (PAD, BOS)]  # UNK goes through disable_unk
     for limit, indices in groups.items():
