@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from translate.config import ModelConfig
+from translate.config import ModelConfig, Norm, Positions
 from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
 
 D, H, FF, N, V = 32, 4, 64, 2, 40
@@ -384,3 +384,107 @@ def test_checkpoints_from_before_padding_load_unpadded():
 
     cfg = checkpoint.model_config({"model_config": {"d_model": D, "d_ff": FF, "heads": H, "layers": N, "vocab_size": 37}})
     assert cfg.vocab_multiple == 1 and cfg.padded_vocab_size == 37
+
+
+# --- Table 3's variants and pre-norm -------------------------------------------------------
+
+
+TABLE_3 = {  # row: (overrides of base, the paper's "params x10^6")
+    "base": ({}, 65),
+    "A h=1": (dict(heads=1, d_k=512, d_v=512), 65), "A h=4": (dict(heads=4, d_k=128, d_v=128), 65),
+    "A h=16": (dict(heads=16, d_k=32, d_v=32), 65), "A h=32": (dict(heads=32, d_k=16, d_v=16), 65),
+    "B d_k=16": (dict(d_k=16), 58), "B d_k=32": (dict(d_k=32), 60),
+    "C N=2": (dict(layers=2), 36), "C N=4": (dict(layers=4), 50), "C N=8": (dict(layers=8), 80),
+    "C d_model=256": (dict(d_model=256, d_k=32, d_v=32), 28), "C d_model=1024": (dict(d_model=1024, d_k=128, d_v=128), 168),
+    "C d_ff=1024": (dict(d_ff=1024), 53), "C d_ff=4096": (dict(d_ff=4096), 90),
+    "big": (dict(d_model=1024, d_ff=4096, heads=16), 213),
+}
+
+
+@pytest.mark.parametrize("row", list(TABLE_3))
+def test_parameter_counts_of_table_3_rows(row):
+    """Every row within 3% of the paper's count, with one vocabulary for all: 40.7k, where
+    base's 65M fits (the paper's "about 37000" and rounded counts; at 37k row B falls outside)."""
+    overrides, paper = TABLE_3[row]
+    with torch.device("meta"):
+        n = Transformer(ModelConfig(vocab_size=40700, **overrides)).num_parameters()
+    assert n == pytest.approx(paper * 1e6, rel=0.03)
+
+
+def pre_norm_config(**overrides) -> ModelConfig:
+    return ModelConfig(**{**tiny_config().__dict__, "norm": Norm.pre, **overrides})
+
+
+def test_pre_norm_encoder_layer_matches_torch():
+    """Pre-norm EncoderLayer == nn.TransformerEncoderLayer(norm_first=True)."""
+    torch.manual_seed(7)
+    ours = EncoderLayer(pre_norm_config())
+    perturb(ours)
+    reference = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=True)
+    copy_attention(ours.self_attn, reference.self_attn)
+    copy_feed_forward_and_norms(ours, reference, 2)
+    x = torch.randn(3, 7, D)
+    padding = torch.arange(7)[None, :] >= torch.tensor([7, 4, 1])[:, None]
+    with torch.no_grad():
+        got = ours.eval()(x, (~padding)[:, None, None, :])
+        want = reference.eval()(x, src_key_padding_mask=padding)
+    torch.testing.assert_close(got[~padding], want[~padding], atol=ATOL, rtol=0)
+
+
+def test_pre_norm_decoder_layer_matches_torch():
+    """Pre-norm DecoderLayer == nn.TransformerDecoderLayer(norm_first=True)."""
+    torch.manual_seed(8)
+    ours = DecoderLayer(pre_norm_config())
+    perturb(ours)
+    reference = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=True)
+    copy_attention(ours.self_attn, reference.self_attn)
+    copy_attention(ours.src_attn, reference.multihead_attn)
+    copy_feed_forward_and_norms(ours, reference, 3)
+    S, T = 6, 5
+    x, memory = torch.randn(3, T, D), torch.randn(3, S, D)
+    padding = torch.arange(S)[None, :] >= torch.tensor([6, 3, 1])[:, None]
+    causal = nn.Transformer.generate_square_subsequent_mask(T)
+    with torch.no_grad():
+        got = ours.eval()(x, memory, (~padding)[:, None, None, :])
+        want = reference.eval()(x, memory, tgt_mask=causal, memory_key_padding_mask=padding, tgt_is_causal=True)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(norm=Norm.pre),  # the final LayerNorms too
+    dict(d_k=4, d_v=12),  # row B's shape: per-head widths apart from D / H and from each other
+    dict(positions=Positions.learned, max_positions=16),
+], ids=["pre-norm", "d_k-d_v", "learned"])
+def test_variants_cached_steps_equal_full_forward(overrides):
+    torch.manual_seed(9)
+    model = Transformer(ModelConfig(**{**tiny_config().__dict__, **overrides})).eval()
+    perturb(model)
+    g = torch.Generator().manual_seed(4)
+    src, tgt = random_tokens([6, 2, 4], 6, g), random_tokens([7, 7, 7], 7, g)
+    with torch.no_grad():
+        full = torch.log_softmax(model(src, tgt), dim=-1)
+        state = model.start_state(src)
+        for t in range(tgt.size(1)):
+            torch.testing.assert_close(model.step(tgt[:, t], state), full[:, t], atol=ATOL, rtol=0)
+
+
+def test_pre_norm_ends_each_stack_in_a_layer_norm():
+    """The decoder's output is LayerNorm(last layer's output): changing decoder_norm's gain
+    scales the hidden states exactly (and a post-norm model has no such module)."""
+    torch.manual_seed(10)
+    model = Transformer(pre_norm_config()).eval()
+    g = torch.Generator().manual_seed(5)
+    src, tgt = random_tokens([5, 3], 5, g), random_tokens([4, 4], 4, g)
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        before = model.decode(tgt, memory, mask)
+        model.decoder_norm.weight.mul_(2.0)
+        after = model.decode(tgt, memory, mask)
+    torch.testing.assert_close(after, 2 * before, atol=ATOL, rtol=0)
+    assert not hasattr(tiny_model(), "decoder_norm")
+
+
+def test_learned_positions_are_refused_past_their_table():
+    model = Transformer(ModelConfig(**{**tiny_config().__dict__, "positions": Positions.learned, "max_positions": 5}))
+    with pytest.raises(ValueError, match="past the learned table's 5 rows"):
+        model.embed(torch.ones(1, 6, dtype=torch.long))

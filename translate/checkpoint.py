@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from translate import paths
-from translate.config import ModelConfig, TranslateConfig
+from translate.config import ModelConfig, Norm, Positions, TranslateConfig, to_plain
 from translate.errors import MissingCheckpoint, TranslateError
 
 log = logging.getLogger("translate.checkpoint")
@@ -35,7 +35,7 @@ def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: bytes, languag
     """What decoding needs: weights (of the plain model, never a DistributedDataParallel or
     compiled wrapper, whose names differ), model config, sentencepiece model, languages, update."""
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    return {"model": state, "model_config": asdict(model_cfg), "vocabulary": vocabulary, "languages": list(languages),
+    return {"model": state, "model_config": to_plain(model_cfg), "vocabulary": vocabulary, "languages": list(languages),
             "step": step}
 
 
@@ -110,7 +110,9 @@ def model_config(payload: Dict[str, Any]) -> ModelConfig:
     names = {f.name for f in fields(ModelConfig)}
     saved = {k: v for k, v in payload["model_config"].items() if k in names}
     saved.setdefault("vocab_multiple", 1)  # checkpoints from before vocabulary padding have none
-    return ModelConfig(**saved)
+    cfg = ModelConfig(**saved)  # older checkpoints: today's defaults for what they lack (post-norm, sinusoids)
+    cfg.positions, cfg.norm = Positions(cfg.positions), Norm(cfg.norm)  # saved as plain strings
+    return cfg
 
 
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:

@@ -32,6 +32,20 @@ class VocabType(Choice):
     unigram = "unigram"  # unigram language model (word pieces, as the paper's EN-FR)
 
 
+class Positions(Choice):
+    """How the model knows where a token is (section 3.5; Table 3, row E)."""
+
+    sinusoidal = "sinusoidal"  # the paper's fixed sines and cosines: any length
+    learned = "learned"  # a learned embedding per position, up to model.max_positions
+
+
+class Norm(Choice):
+    """Where each sub-layer's LayerNorm sits."""
+
+    post = "post"  # the paper's LayerNorm(x + Sublayer(x))
+    pre = "pre"  # x + Sublayer(LayerNorm(x)), and a final LayerNorm per stack (Xiong et al. 2020)
+
+
 class Precision(Choice):
     auto = "auto"  # bf16 on GPUs, fp32 on CPUs
     fp32 = "fp32"
@@ -69,19 +83,37 @@ class ModelConfig:
 
     d_model: int = 512  # width of every sub-layer output and embedding
     d_ff: int = 2048  # inner width of the position-wise feed-forward network
-    heads: int = 8  # attention heads; d_k = d_v = d_model / heads
+    heads: int = 8  # attention heads (h)
     layers: int = 6  # encoder layers and decoder layers (N)
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums
+    d_k: Optional[int] = None  # query and key width per head (Table 3, row B); None: d_model / heads
+    d_v: Optional[int] = None  # value width per head; None: d_model / heads
+    positions: Positions = Positions.sinusoidal  # sinusoidal (the paper) or learned (Table 3, row E)
+    norm: Norm = Norm.post  # post (the paper) or pre (LayerNorm before each sub-layer)
+    # Learned positions: rows of the table, set at training time to what decode serves
+    # (decode.max_source_length and its output cap); 0 for sinusoidal ones, which serve any.
+    max_positions: int = 0
     vocab_size: int = 0  # set from the sentencepiece model at training time
     # The shared embedding gets rows up to a multiple of this (never looked up or predicted):
     # the vocabulary projection's output width then suits tensor cores. 1: no padding.
     vocab_multiple: int = 8
 
     def __post_init__(self) -> None:
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads}), or set model.d_k "
+                             "and model.d_v")
         if self.vocab_multiple < 1:
             raise ValueError(f"vocab_multiple ({self.vocab_multiple}) must be at least 1")
+
+    @property
+    def key_width(self) -> int:
+        """d_k: query and key width of one head."""
+        return self.d_k or self.d_model // self.heads
+
+    @property
+    def value_width(self) -> int:
+        """d_v: value width of one head."""
+        return self.d_v or self.d_model // self.heads
 
     @property
     def padded_vocab_size(self) -> int:
@@ -180,6 +212,11 @@ class DecodeConfig:
     # cut to it, with a warning naming them; every decoder and the exports' position tables
     # serve this much (and its output cap, max_len_a * it + max_len_b).
     max_source_length: int = 1024
+
+    def positions(self) -> int:
+        """Positions a model must serve: max_source_length source tokens and EOS, or their
+        longest output and BOS."""
+        return max(self.max_source_length + 1, int(self.max_len_a * self.max_source_length + self.max_len_b) + 2)
     tokens_per_batch: int = 16000  # padded source tokens times beam size per decoding batch
     nbest: int = 1  # hypotheses written per sentence (index, score, text; tab-separated when > 1)
     sampling: bool = False  # sample instead of searching (temperature, top_k, top_p apply)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from translate import checkpoint, paths
-from translate.config import TranslateConfig
+from translate.config import Positions, TranslateConfig
 from translate.data.batching import pad
 from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
@@ -81,6 +82,9 @@ class Translator:
         over max_source_length tokens are cut to it (a warning names them, counting lines
         from first_line).
         """
+        limit = self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+        if limit:  # learned positions serve this many: the source and EOS, the output and BOS
+            max_source_length = min(max_source_length, limit - 1)
         encoded = self.encode_sources(sentences, max_source_length, first_line)
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
@@ -96,7 +100,7 @@ class Translator:
             sources = [encoded[i] for i in chunk]
             src = pad([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS)  # (B, S)
             state = self.model.start_state(src)
-            max_lengths = [int(max_len_a * len(s) + max_len_b) + 1 for s in sources]  # EOS included
+            max_lengths = [min(int(max_len_a * len(s) + max_len_b) + 1, limit or math.inf) for s in sources]  # EOS included
             if sampling:
                 found = [[h] for h in sample(self.model.step, state, max_lengths, BOS, EOS, temperature, top_k, top_p, BANNED, generator)]
             else:

@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 
 from translate import checkpoint
-from translate.config import DecodeConfig, TranslateConfig
+from translate.config import DecodeConfig, Norm, Positions, TranslateConfig
 from translate.data.vocabulary import BOS, EOS, PAD, UNK
 from translate.errors import TranslateError
 
@@ -30,10 +30,8 @@ POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 ca
 
 
 def positions(decode: DecodeConfig) -> int:
-    """Rows of position table that serve decode.max_source_length source tokens (and EOS) and
-    their longest output (and BOS)."""
-    longest_output = int(decode.max_len_a * decode.max_source_length + decode.max_len_b) + 2
-    return max(POSITIONS, decode.max_source_length + 1, longest_output)
+    """Rows of the exported sinusoid table: what decode.max_source_length and its output cap need."""
+    return max(POSITIONS, decode.positions())
 
 
 def output_dir(cfg: TranslateConfig) -> Path:
@@ -95,12 +93,19 @@ def _write_ctranslate2(translator, folder: Path, position_rows: int = POSITIONS)
         raise TranslateError("export.format=ctranslate2 needs the ctranslate2 package (pip install ctranslate2)") from None
 
     model, cfg = translator.model, translator.model.cfg
+    if cfg.key_width * cfg.heads != cfg.d_model or cfg.value_width * cfg.heads != cfg.d_model:
+        raise TranslateError(f"export.format=ctranslate2 cannot express model.d_k={cfg.key_width} and model.d_v="
+                             f"{cfg.value_width} with {cfg.heads} heads of d_model {cfg.d_model}: its attention splits "
+                             "d_model evenly among the heads")
     weights = {name: tensor.detach().float().cpu().numpy() for name, tensor in model.state_dict().items()}
     spec = specs.TransformerSpec.from_config(
-        cfg.layers, cfg.heads, pre_norm=False, activation=specs.Activation.RELU
+        cfg.layers, cfg.heads, pre_norm=cfg.norm == Norm.pre, activation=specs.Activation.RELU
     )
     _fill_embeddings(spec, weights, cfg, position_rows)
     _fill_layers(spec, weights)
+    if cfg.norm == Norm.pre:  # the final LayerNorm of each stack
+        for stack, name in ((spec.encoder, "encoder_norm"), (spec.decoder, "decoder_norm")):
+            stack.layer_norm.gamma, stack.layer_norm.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
     _fill_vocabulary_and_config(spec, translator.vocabulary)
     spec.validate()
     spec.optimize(quantization=None)  # no quantization; stores the shared embedding once
@@ -109,11 +114,15 @@ def _write_ctranslate2(translator, folder: Path, position_rows: int = POSITIONS)
 
 
 def _fill_embeddings(spec, weights: Dict[str, np.ndarray], cfg, position_rows: int) -> None:
-    """The shared embedding (inputs of both stacks and the output projection) and our position table."""
+    """The shared embedding (inputs of both stacks and the output projection) and our position
+    table: the sinusoids (interleaved sin/cos), or the learned one."""
     from translate.model import PositionalEncoding
 
     embedding = weights["embedding.weight"][: cfg.vocab_size]  # (V, D) without padding rows, shared by inputs and output
-    table = PositionalEncoding(cfg.d_model, max_len=position_rows).table.numpy()  # interleaved sin/cos
+    if cfg.positions == Positions.learned:
+        table = weights["positional_encoding.table.weight"]  # (max_positions, D)
+    else:
+        table = PositionalEncoding(cfg.d_model, max_len=position_rows).table.numpy()
     for stack in (spec.encoder, spec.decoder):
         stack.scale_embeddings = True  # sqrt(d_model) * E[x] + PE, as Transformer.embed
         stack.position_encodings.encodings = table
@@ -135,7 +144,7 @@ def _fill_layers(spec, weights: Dict[str, np.ndarray]) -> None:
     def feed_forward(layer, prefix: str, sublayer: int) -> None:
         linear(layer.linear_0, f"{prefix}.feed_forward.w_1")
         linear(layer.linear_1, f"{prefix}.feed_forward.w_2")
-        norm(layer.layer_norm, f"{prefix}.sublayer.{sublayer}.norm")  # post-norm: after the residual
+        norm(layer.layer_norm, f"{prefix}.sublayer.{sublayer}.norm")  # after the residual, or before the sub-layer (pre-norm)
 
     for i, layer in enumerate(spec.encoder.layer):
         prefix = f"encoder_layers.{i}"

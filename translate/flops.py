@@ -17,13 +17,15 @@ PAPER_COMPUTE = {512: 3.3e18, 1024: 2.3e19}  # by d_model: base, big
 def flops_per_target_token(cfg: ModelConfig, src_len: float, tgt_len: float) -> float:
     """Training FLOPs (forward + backward = 3 x forward) per target token: 6 x the weights a
     token passes through (the tied output projection included), plus the attention products,
-    for sentences of these average lengths."""
+    for sentences of these average lengths. hk, hv: all heads' query/key and value widths."""
     d, f, n, v = cfg.d_model, cfg.d_ff, cfg.layers, cfg.vocab_size
+    hk, hv = cfg.heads * cfg.key_width, cfg.heads * cfg.value_width
     per_source = src_len / tgt_len  # source tokens per target token
-    encoder = n * (4 * d * d + 2 * d * f) * per_source
-    decoder = n * (8 * d * d + 2 * d * f)
+    attention_weights = 2 * d * hk + 2 * d * hv  # Q and K, V and the output projection
+    encoder = n * (attention_weights + 2 * d * f) * per_source
+    decoder = n * (2 * attention_weights + 2 * d * f)  # self and encoder-decoder attention
     projection = d * v
-    attention = 2 * n * d * (src_len * per_source + tgt_len / 2 + src_len)  # QK^T and AV
+    attention = n * (hk + hv) * (src_len * per_source + tgt_len / 2 + src_len)  # QK^T and AV
     return 6 * (encoder + decoder + projection + attention)
 
 

@@ -1,20 +1,22 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), post-norm.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017): post-norm, and the
+variants of its Table 3 (per-head widths, learned positions) and pre-norm.
 
 Class names follow the paper. Nothing here knows of Hydra, files or distributed training.
-Shapes: B batch, S source length, T target length, D d_model, H heads, K = D / H, V vocabulary.
+Shapes: B batch, S source length, T target length, D d_model, H heads, K = d_k (query and key
+width per head, D / H by default), Kv = d_v (value width per head), V vocabulary.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from translate.config import ModelConfig
+from translate.config import ModelConfig, Norm, Positions
 
 
 class PositionalEncoding(nn.Module):
@@ -40,33 +42,54 @@ class PositionalEncoding(nn.Module):
         return self.table[offset : offset + length]
 
 
+class LearnedPositions(nn.Module):
+    """A learned embedding for each position up to max_positions (Table 3, row E)."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        if max_positions < 1:
+            raise ValueError(f"learned positions need max_positions ({max_positions}) of at least 1")
+        self.table = nn.Embedding(max_positions, d_model)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """(length, D) embeddings of positions offset .. offset + length - 1."""
+        if offset + length > self.table.num_embeddings:
+            raise ValueError(f"position {offset + length - 1} is past the learned table's {self.table.num_embeddings} rows")
+        return self.table.weight[offset : offset + length]
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (section 3.2.2), on torch's fused kernel.
 
     Self-attention projects Q, K, V with one matrix; encoder-decoder attention projects Q
     from the decoder and K, V (once per sentence when decoding) from the encoder output.
+    Each head's queries and keys are d_k wide, its values d_v (Table 3, rows A and B).
     """
 
-    def __init__(self, d_model: int, heads: int, self_attention: bool):
+    def __init__(self, d_model: int, heads: int, self_attention: bool, d_k: Optional[int] = None,
+                 d_v: Optional[int] = None):
         super().__init__()
-        if d_model % heads:
+        if (d_k is None or d_v is None) and d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
         self.heads = heads
         self.self_attention = self_attention
+        self.d_k, self.d_v = d_k or d_model // heads, d_v or d_model // heads
+        # The widths of the fused projection's blocks: Q, K, V (self-attention) or K, V.
+        self.widths = [heads * self.d_k] * (2 if self_attention else 1) + [heads * self.d_v]
         if self_attention:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+            self.qkv_proj = nn.Linear(d_model, sum(self.widths))
         else:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+            self.q_proj = nn.Linear(d_model, heads * self.d_k)
+            self.kv_proj = nn.Linear(d_model, sum(self.widths))
+        self.out_proj = nn.Linear(heads * self.d_v, d_model)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        B, L, D = x.shape
-        return x.view(B, L, self.heads, D // self.heads).transpose(1, 2)  # (B, H, L, K)
+        B, L, W = x.shape
+        return x.view(B, L, self.heads, W // self.heads).transpose(1, 2)  # (B, H, L, K or Kv)
 
     def project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
-        """Keys and values of the encoder output: 2 x (B, H, S, K)."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        """Keys and values of the encoder output: (B, H, S, K) and (B, H, S, Kv)."""
+        k, v = self.kv_proj(memory).split(self.widths, dim=-1)
         return self.split_heads(k), self.split_heads(v)
 
     def forward(
@@ -77,9 +100,10 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,  # mask future positions (decoder self-attention, training)
         cache: Optional["LayerCache"] = None,  # incremental decoding state of this layer
     ) -> Tensor:
-        B, T, D = x.shape
+        B, T, _ = x.shape
+        H, K, Kv = self.heads, self.d_k, self.d_v
         if self.self_attention:
-            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, K)
+            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).split(self.widths, dim=-1))  # (B, H, T, K or Kv)
             if cache is not None:  # append this step's keys and values to the earlier ones
                 if cache.self_k is not None:
                     k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, K)
@@ -95,29 +119,29 @@ class MultiHeadAttention(nn.Module):
                     # The G hypotheses of a sentence attend to the same source: attend as G
                     # query positions of that sentence instead of copying its keys G times.
                     G = cache.group
-                    q = q.view(B // G, G, self.heads, T, D // self.heads).transpose(1, 2)  # (B/G, H, G, T, K)
-                    q = q.reshape(B // G, self.heads, G * T, D // self.heads)  # (B/G, H, G*T, K)
-                    out = attend_few(q, k, v, mask)  # (B/G, H, G*T, K)
-                    out = out.view(B // G, self.heads, G, T, D // self.heads).permute(0, 2, 3, 1, 4)  # (B/G, G, T, H, K)
-                    return self.out_proj(out.reshape(B, T, D))
+                    q = q.view(B // G, G, H, T, K).transpose(1, 2)  # (B/G, H, G, T, K)
+                    q = q.reshape(B // G, H, G * T, K)  # (B/G, H, G*T, K)
+                    out = attend_few(q, k, v, mask)  # (B/G, H, G*T, Kv)
+                    out = out.view(B // G, H, G, T, Kv).permute(0, 2, 3, 1, 4)  # (B/G, G, T, H, Kv)
+                    return self.out_proj(out.reshape(B, T, H * Kv))
             else:
                 k, v = self.project_kv(memory)  # (B, H, S, K)
         if cache is not None:  # incremental decoding: one query position per row
             out = attend_few(q, k, v, mask)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
-        out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
-        return self.out_proj(out)
+        out = out.transpose(1, 2).reshape(B, T, H * Kv)  # (B, T, H * Kv)
+        return self.out_proj(out)  # (B, T, D)
 
 
 def attend_few(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V written out, for the few query positions of incremental
-    decoding: q (B, H, T, K), k and v (B, H, S, K), mask (B, 1, 1, S) True where allowed.
+    decoding: q (B, H, T, K), k (B, H, S, K), v (B, H, S, Kv), mask (B, 1, 1, S) True where allowed.
     On CPUs this beats the fused kernel at these small shapes, and computes the same."""
     scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, H, T, K)
+    return scores.softmax(dim=-1) @ v  # (B, H, T, Kv)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -133,15 +157,19 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class SublayerConnection(nn.Module):
-    """Post-norm residual (section 3.1, 5.4): LayerNorm(x + Dropout(Sublayer(x)))."""
+    """The residual around each sub-layer. Post-norm (the paper, sections 3.1 and 5.4):
+    LayerNorm(x + Dropout(Sublayer(x))); pre-norm: x + Dropout(Sublayer(LayerNorm(x)))."""
 
-    def __init__(self, d_model: int, dropout: float):
+    def __init__(self, d_model: int, dropout: float, norm: Norm = Norm.post):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
+        self.pre_norm = norm == Norm.pre
 
-    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        return self.norm(x + self.dropout(sublayer_output))
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):
@@ -149,13 +177,13 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.d_k, cfg.d_v)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
-        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout) for _ in range(2)])
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(2)])
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        x = self.sublayer[0](x, self.self_attn(x, mask=src_mask))
-        return self.sublayer[1](x, self.feed_forward(x))
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, mask=src_mask))
+        return self.sublayer[1](x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
@@ -163,16 +191,16 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True)
-        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=False)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.d_k, cfg.d_v)
+        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, False, cfg.d_k, cfg.d_v)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
-        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout) for _ in range(3)])
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(3)])
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: Optional["LayerCache"] = None) -> Tensor:
         # With a cache, x holds only new positions and may attend to every cached one.
-        x = self.sublayer[0](x, self.self_attn(x, causal=cache is None, cache=cache))
-        x = self.sublayer[1](x, self.src_attn(x, memory=memory, mask=src_mask, cache=cache))
-        return self.sublayer[2](x, self.feed_forward(x))
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, causal=cache is None, cache=cache))
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory=memory, mask=src_mask, cache=cache))
+        return self.sublayer[2](x, self.feed_forward)
 
 
 @dataclass
@@ -230,15 +258,21 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.pad_id = pad_id
         self.embedding = nn.Embedding(cfg.padded_vocab_size, cfg.d_model)  # rows past vocab_size: padding
-        self.positional_encoding = PositionalEncoding(cfg.d_model)
+        if cfg.positions == Positions.learned:
+            self.positional_encoding: nn.Module = LearnedPositions(cfg.d_model, cfg.max_positions)
+        else:
+            self.positional_encoding = PositionalEncoding(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.layers)])
         self.decoder_layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.layers)])
+        if cfg.norm == Norm.pre:  # pre-norm's stacks end in a LayerNorm of their own
+            self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """As fairseq and tensor2tensor: embeddings N(0, D^-0.5), Xavier-uniform projections
-        (Q, K and V each as its own D x D matrix), zero biases. The paper does not say."""
+        """As fairseq and tensor2tensor: embeddings (and learned positions) N(0, D^-0.5),
+        Xavier-uniform projections (Q, K and V each as its own matrix), zero biases. The
+        paper does not say."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=self.cfg.d_model**-0.5)
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -247,8 +281,10 @@ class Transformer(nn.Module):
         for module in self.modules():  # after the pass above, which would overwrite this one
             if isinstance(module, MultiHeadAttention):  # fused projections: one init per matrix
                 fused = module.qkv_proj if module.self_attention else module.kv_proj
-                for block in fused.weight.split(self.cfg.d_model, dim=0):
+                for block in fused.weight.split(module.widths, dim=0):
                     nn.init.xavier_uniform_(block)
+        if isinstance(self.positional_encoding, LearnedPositions):
+            nn.init.normal_(self.positional_encoding.table.weight, mean=0.0, std=self.cfg.d_model**-0.5)
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Dropout(sqrt(D) * E[tokens] + PE): (B, L) -> (B, L, D)."""
@@ -261,14 +297,19 @@ class Transformer(nn.Module):
         x = self.embed(src)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
-        return x, src_mask
+        return self.final_norm(x, self.encoder_norm if self.cfg.norm == Norm.pre else None), src_mask
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """Teacher forcing: (B, T) target input -> (B, T, D) final decoder states."""
         x = self.embed(tgt_in)
         for layer in self.decoder_layers:
             x = layer(x, memory, src_mask)
-        return x
+        return self.final_norm(x, self.decoder_norm if self.cfg.norm == Norm.pre else None)
+
+    @staticmethod
+    def final_norm(x: Tensor, norm: Optional[nn.LayerNorm]) -> Tensor:
+        """A pre-norm stack's last LayerNorm (a post-norm one ends normalized already)."""
+        return x if norm is None else norm(x)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Pre-softmax projection with the shared embedding: (..., D) -> (..., V).
@@ -302,6 +343,7 @@ class Transformer(nn.Module):
         x = self.embed(tokens[:, None], offset=state.length)  # (B, 1, D)
         for layer, cache in zip(self.decoder_layers, state.layers):
             x = layer(x, state.memory, state.src_mask, cache=cache)
+        x = self.final_norm(x, self.decoder_norm if self.cfg.norm == Norm.pre else None)
         state.length += 1
         return F.log_softmax(self.logits(x[:, 0]).float(), dim=-1)
 

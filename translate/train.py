@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from translate import checkpoint, distributed, paths, resume
-from translate.config import TranslateConfig, to_plain
+from translate.config import Positions, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.data.vocabulary import PAD
@@ -101,7 +101,10 @@ class Trainer:
         self.data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
         if context.is_main:
             write_report(self.data, self.run_dir / "data_report.json")
-        self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary))
+        # Learned positions serve what decode serves (decode.max_source_length and its output cap).
+        learned = cfg.model.positions == Positions.learned
+        self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary),
+                                 max_positions=(cfg.model.max_positions or cfg.decode.positions()) if learned else 0)
         self.model = Transformer(self.model_cfg, pad_id=PAD).to(context.device)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optim, self.model_cfg.d_model,
                                                         cfg.train.max_steps, context.device)
