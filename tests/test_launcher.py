@@ -92,10 +92,10 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
     from translate.resume import stop_signal_numbers
 
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
-    assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1]
+    assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGINT]
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
     monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
-    assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGUSR2]
+    assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGINT, signals.SIGUSR2]
 
 
 def test_a_launcher_without_multirun_is_one_clear_error():

@@ -238,10 +238,12 @@ def test_one_training_per_run_dir_and_readers_welcome(tmp_path):
         assert second.returncode == 1
         line = next(l for l in second.stderr.splitlines() if "error:" in l)
         assert f"{tmp_path / 'run'} is being trained by host " in line and f"process {first.pid} " in line
+        (tmp_path / "in.en").write_text("A dog runs.\nTwo men talk.\n", encoding="utf-8")
         decoded = subprocess.run([sys.executable, "-m", "translate", "decode", *overrides, "checkpoint.average_last=2",
-                                  "decode.max_len_b=3", "decode.split=validation"], cwd=ROOT, capture_output=True,
+                                  "decode.max_len_b=3", f"decode.input={tmp_path}/in.en"], cwd=ROOT, capture_output=True,
                                  text=True, timeout=300)
         assert decoded.returncode == 0, decoded.stderr
+        assert (tmp_path / "run" / "checkpoint_average.pt").is_file()  # built while training pruned
         assert first.poll() is None  # still training
     finally:
         first.kill()
