@@ -4,6 +4,7 @@ ends, however it ends (kill -9 leaves no stale lock), and that says who holds it
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import time
@@ -13,6 +14,8 @@ from typing import Optional
 from translate.errors import TranslateError
 
 LOCK = "train.lock"  # in run_dir
+
+log = logging.getLogger(__name__)
 
 
 class RunLock:
@@ -30,12 +33,17 @@ class RunLock:
         file = open(self.path, "a+", encoding="utf-8")  # never truncated before the lock is ours
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held by another process
             file.seek(0)
             holder = file.read().strip() or "another process"
             file.close()
             raise TranslateError(f"{self.path.parent} is being trained by {holder}: one training per run_dir "
                                  "(wait for it, stop it, or choose another run_dir)") from None
+        except OSError as error:  # a file system without locks (some network ones): train unguarded
+            file.close()
+            log.warning(f"cannot lock {self.path} ({error.strerror or error}): nothing keeps a second training "
+                        "out of this run_dir")
+            return
         file.seek(0)
         file.truncate()
         started = time.strftime("%Y-%m-%d %H:%M:%S")
