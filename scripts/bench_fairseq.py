@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+"""Training throughput against fairseq 0.12.2, side by side: one JSON line per measurement.
+
+Interleaved rounds (fairseq, ours, fairseq, ours, ...) on the same machine, model sizes, data
+(Multi30k EN-DE, 8k joint vocabulary) and batch budget (4,096 tokens), both on the same
+threads. The same scope on both sides: the whole training loop (data, logging included) as
+`fairseq-train` and `translate train` run it, with no checkpoint writes inside the timed
+updates, and the first 10 updates left out on both sides (the anchor leaves out fairseq's first
+log interval). fairseq comes from ../shared/anchors/fairseq (run.sh); where it is not built,
+its measurements are skipped with a line saying so.
+
+    .venv/bin/python scripts/bench_fairseq.py --model tiny --rounds 2
+    .venv/bin/python scripts/bench_fairseq.py --model base --rounds 2 --updates 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
+SKIPPED = 10  # leading updates left out on both sides (start-up, allocator warm-up)
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
+    """fairseq-train's steady target tokens/s (run.sh leaves out its first log interval)."""
+    built = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")) / "venv" / "bin" / "fairseq-train"
+    if not built.exists():
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    result = subprocess.run(["bash", str(ANCHOR / "run.sh"), model, str(updates)], capture_output=True, text=True,
+                            env=env, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
+
+
+def ours(model: str, updates: int, threads: int, folder: Path) -> float:
+    """`translate train`'s target tokens/s over its log windows after the first SKIPPED updates
+    (each window's wall time covers the whole loop: data, step, logging)."""
+    run_dir = folder / f"ours-{model}"
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    command = [sys.executable, "-m", "translate", "train", "config=tiny", f"model={model}", "model.dropout=0.1",
+               f"train.max_steps={updates}", f"train.log_every={SKIPPED}", f"train.threads={threads}",
+               "checkpoint.every_steps=0", "checkpoint.every_minutes=null", "valid.every_steps=0",
+               "optim.warmup_steps=4000", f"run_dir={run_dir}"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    windows = [(int(n), float(rate)) for n, rate in re.findall(r"update (\d+): loss .*? (\d+) tgt tok/s", result.stderr)]
+    rates = [rate for n, rate in windows if n > SKIPPED]
+    if not rates:
+        raise SystemExit(f"no log windows after update {SKIPPED} in:\n{result.stderr[-2000:]}")
+    return len(rates) / sum(1 / rate for rate in rates)  # equal-sized windows: the harmonic mean is tokens / time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", choices=["tiny", "base"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=60, help="updates per run, the first 10 left out")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        for round_ in range(1, args.rounds + 1):
+            theirs = fairseq(args.model, args.updates, args.threads)
+            if theirs is None:
+                emit(measurement="fairseq_train", skipped="fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh")
+            mine = ours(args.model, args.updates, args.threads, Path(folder))
+            emit(measurement="train_vs_fairseq", round=round_, model=args.model, updates=args.updates,
+                 threads=args.threads, ours_target_tokens_per_s=round(mine, 1),
+                 fairseq_target_tokens_per_s=theirs, ratio=round(mine / theirs, 3) if theirs else None)
+
+
+if __name__ == "__main__":
+    main()
