@@ -105,6 +105,29 @@ def trained_run(tmp_path_factory) -> List[str]:
     return overrides
 
 
+def train_sentencepiece(path: Path, vocab_size: int = 600, **options) -> Path:
+    """A sentencepiece model trained by sentencepiece itself (its defaults unless `options` say
+    otherwise: unk 0, bos 1, eos 2, no pad) on Multi30k's dev split, both languages."""
+    import io
+
+    import pyarrow.parquet as pq
+    import sentencepiece as spm
+
+    table = pq.read_table(need(MULTI30K / "de-en" / "validation-00000-of-00001.parquet"))
+    lines = [text for row in table.column("translation").to_pylist() for text in (row["en"], row["de"])]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+                                   minloglevel=2, **options)
+    path.write_bytes(model.getvalue())
+    return path
+
+
+@pytest.fixture(scope="session")
+def default_spm_model(tmp_path_factory) -> Path:
+    """A sentencepiece model with sentencepiece's default layout (unk 0, bos 1, eos 2, no pad)."""
+    return train_sentencepiece(tmp_path_factory.mktemp("spm") / "default.model")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _temporary_files_stay_in_pytest_tmp(tmp_path_factory):
     """torchrun and other subprocesses write temporary folders (torchelastic_*) under TMPDIR:

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, need, run_cli
-from translate.data.vocabulary import BOS, EOS
 from translate.decode import Translator
 
 
@@ -67,6 +66,7 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
     sources, targets = multi30k_test(50)
     src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
     piece = translator.vocabulary.processor.id_to_piece
+    BOS, EOS = translator.vocabulary.specials.bos, translator.vocabulary.specials.eos
     results = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1).score_batch(
         [[piece(i) for i in ids] for ids in src_ids], [[piece(i) for i in ids] for ids in tgt_ids]
     )

@@ -18,15 +18,12 @@ from translate import checkpoint, paths
 from translate.config import TranslateConfig
 from translate.data.batching import pad
 from translate.data.loading import load_corpus, read_lines
-from translate.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
+from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 
 log = logging.getLogger("translate.decode")
-
-BANNED = (PAD, BOS, UNK)  # never produced: padding, a second start, unknown pieces
-
 
 @dataclass
 class Translator:
@@ -40,10 +37,10 @@ class Translator:
     def from_checkpoint(cls, path: Path) -> "Translator":
         payload = checkpoint.load(path)
         model_cfg = checkpoint.model_config(payload)
-        vocabulary = Vocabulary(payload["vocabulary"])
+        vocabulary = checkpoint.vocabulary(payload)
         if len(vocabulary) != model_cfg.vocab_size:
-            raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} pieces but the model {model_cfg.vocab_size}")
-        model = Transformer(model_cfg, pad_id=PAD)
+            raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} ids but the model {model_cfg.vocab_size}")
+        model = Transformer(model_cfg, pad_id=vocabulary.specials.pad)
         try:
             model.load_state_dict(payload["model"])
         except RuntimeError as error:
@@ -77,6 +74,7 @@ class Translator:
         limited to max_len_a * source length + max_len_b (paper: input length + 50).
         """
         encoded = self.vocabulary.encode(list(sentences))
+        specials, banned = self.vocabulary.specials, self.vocabulary.never_generated
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
         rows = 1 if sampling else beam_size
@@ -88,13 +86,15 @@ class Translator:
             chunk = order[start : start + size]
             start += size
             sources = [encoded[i] for i in chunk]
-            src = pad([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS)  # (B, S)
+            src = pad([np.asarray(s, dtype=np.int64) for s in sources], specials.pad, suffix=specials.eos)  # (B, S)
             state = self.model.start_state(src)
             max_lengths = [int(max_len_a * len(s) + max_len_b) + 1 for s in sources]  # EOS included
             if sampling:
-                found = [[h] for h in sample(self.model.step, state, max_lengths, BOS, EOS, temperature, top_k, top_p, BANNED, generator)]
+                found = [[h] for h in sample(self.model.step, state, max_lengths, specials.bos, specials.eos, temperature,
+                                             top_k, top_p, banned, generator)]
             else:
-                found = beam_search(self.model.step, state, max_lengths, beam_size, length_penalty, BOS, EOS, BANNED)
+                found = beam_search(self.model.step, state, max_lengths, beam_size, length_penalty, specials.bos,
+                                    specials.eos, banned)
             for index, hypotheses in zip(chunk, found):
                 results[index] = hypotheses
         return results

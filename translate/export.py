@@ -19,7 +19,7 @@ import numpy as np
 
 from translate import checkpoint
 from translate.config import TranslateConfig
-from translate.data.vocabulary import BOS, EOS, PAD, UNK
+from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
 
 log = logging.getLogger("translate.export")
@@ -48,7 +48,8 @@ def export(cfg: TranslateConfig) -> Path:
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
         _write_ctranslate2(translator, staging)
-        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()), "languages": list(translator.languages or [])}
+        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
+                  "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict()}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException:
@@ -148,13 +149,14 @@ def _fill_layers(spec, weights: Dict[str, np.ndarray]) -> None:
 
 
 def _fill_vocabulary_and_config(spec, vocabulary) -> None:
-    """Our sentencepiece pieces as both vocabularies, and the special tokens and settings our model assumes."""
-    processor = vocabulary.processor
-    pieces = [processor.id_to_piece(i) for i in range(len(vocabulary))]
+    """Our pieces (sentencepiece's, then the added symbols) as both vocabularies, and the special
+    tokens and settings our model assumes."""
+    pieces, specials = vocabulary.piece_names(), vocabulary.specials
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[UNK], pieces[BOS], pieces[EOS]
-    spec.config.decoder_start_token = pieces[BOS]  # our decoder starts from BOS
+    spec.config.unk_token, spec.config.bos_token = pieces[specials.unk], pieces[specials.bos]
+    spec.config.eos_token = pieces[specials.eos]
+    spec.config.decoder_start_token = pieces[specials.bos]  # our decoder starts from BOS
     spec.config.add_source_eos = True  # our sources end with EOS
     spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default, stated rather than left to CTranslate2
 
@@ -176,18 +178,19 @@ def ctranslate2_translate(
     length ** length_penalty, not GNMT's ((5 + length) / 6) ** alpha.
     """
     import ctranslate2
-    import sentencepiece as spm
 
     model_dir = Path(model_dir)
-    processor = spm.SentencePieceProcessor(model_file=str(model_dir / SENTENCEPIECE))
+    vocabulary = exported_vocabulary(model_dir)
+    pieces = vocabulary.piece_names()
+    ids = {piece: i for i, piece in enumerate(pieces)}
     translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
-    sources = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(list(sentences), out_type=int)]
+    sources = [[pieces[i] for i in encoded] for encoded in vocabulary.encode(list(sentences))]
     # One length limit per call, so group sentences of equal limit (len + 50 tokens, EOS aside).
     groups: Dict[int, List[int]] = defaultdict(list)
     for index, tokens in enumerate(sources):
         groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
     outputs: List[str] = [""] * len(sources)
-    banned = [[processor.id_to_piece(i)] for i in (PAD, BOS)]  # UNK goes through disable_unk
+    banned = [[pieces[i]] for i in vocabulary.never_generated if i != vocabulary.specials.unk]  # unk: disable_unk
     for limit, indices in groups.items():
         results = translator.translate_batch(
             [sources[i] for i in indices],
@@ -201,5 +204,12 @@ def ctranslate2_translate(
             suppress_sequences=banned,
         )
         for index, result in zip(indices, results):
-            outputs[index] = processor.decode([processor.piece_to_id(p) for p in result.hypotheses[0]])
+            outputs[index] = vocabulary.decode([[ids[p] for p in result.hypotheses[0]]])[0]
     return outputs
+
+
+def exported_vocabulary(model_dir: Path) -> Vocabulary:
+    """The sentencepiece model of an export with the special ids its marker records (exports
+    from before they were recorded: the default layout)."""
+    marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) if (model_dir / MARKER).is_file() else {}
+    return Vocabulary((model_dir / SENTENCEPIECE).read_bytes(), SpecialIds.from_dict(marker.get("specials")))

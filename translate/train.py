@@ -24,7 +24,6 @@ from translate import checkpoint, distributed, paths, resume
 from translate.config import TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
-from translate.data.vocabulary import PAD
 from translate.errors import TranslateError
 from translate.flops import Accounting
 from translate.loss import LabelSmoothedObjective
@@ -83,7 +82,7 @@ class Trainer:
         if context.is_main:
             write_report(self.data, self.run_dir / "data_report.json")
         self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary))
-        self.model = Transformer(self.model_cfg, pad_id=PAD).to(context.device)
+        self.model = Transformer(self.model_cfg, pad_id=self.data.vocabulary.specials.pad).to(context.device)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optim, self.model_cfg.d_model,
                                                         cfg.train.max_steps, context.device)
         self.precision = MixedPrecision.on(cfg.train.precision, context.device)
@@ -205,7 +204,8 @@ class Trainer:
 
     def next_batches(self) -> List[Batch]:
         """This process's micro-batches of the next update."""
-        return [collate(self.data.train, next(self.batches)) for _ in range(self.accumulation)]
+        specials = self.data.vocabulary.specials
+        return [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
 
     def settle(self, keep: int = 0) -> bool:
         """Read the queued updates but the newest `keep`: count each, or count it as dropped.
@@ -280,7 +280,7 @@ class Trainer:
     def weights(self) -> Dict[str, Any]:
         """The checkpoint payload every checkpoint holds: what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
-        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary.model_bytes, languages, self.step)
+        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary, languages, self.step)
 
     def save(self) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
