@@ -128,6 +128,25 @@ def default_spm_model(tmp_path_factory) -> Path:
     return train_sentencepiece(tmp_path_factory.mktemp("spm") / "default.model")
 
 
+@pytest.fixture(scope="session")
+def foreign_run(tmp_path_factory, default_spm_model) -> List[str]:
+    """A small model on a sentencepiece model of sentencepiece's own layout (pad added after its
+    pieces: 601 ids, padded to 608 rows), trained through the CLI long enough to end most
+    greedy translations of Multi30k's test split before the length cap, with two numbered
+    checkpoints that decode averages. Returns the overrides that point the verbs at it."""
+    folder = tmp_path_factory.mktemp("foreign")
+    small = [o for o in SMALL if not o.startswith(("train.max_steps=", "train.log_every=", "optim.warmup_steps="))]
+    overrides = small + [f"data.spm_model={default_spm_model}", "train.max_steps=700", "optim.warmup_steps=200", "train.log_every=100",
+                         "checkpoint.every_steps=50", "checkpoint.average_last=2", "train.threads=1",
+                         f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
+    run_cli("train", *overrides, check=True)
+    return overrides
+
+
+def run_dir_of(overrides: List[str]) -> Path:
+    return Path(next(o for o in overrides if o.startswith("run_dir=")).split("=", 1)[1])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _temporary_files_stay_in_pytest_tmp(tmp_path_factory):
     """torchrun and other subprocesses write temporary folders (torchelastic_*) under TMPDIR:

@@ -1,4 +1,5 @@
-"""The `translate export` verb: write a checkpoint as a CTranslate2 model.
+"""The `translate export` verb: write a checkpoint as a CTranslate2 model, or as a Hugging Face
+transformers model (export_transformers.py).
 
 Every weight is set by hand on CTranslate2's Transformer spec (post-norm, ReLU), with our own
 position table: CTranslate2's built-in sinusoid puts all sines before all cosines, ours
@@ -18,7 +19,7 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 
 from translate import checkpoint
-from translate.config import TranslateConfig
+from translate.config import ExportFormat, TranslateConfig
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
 
@@ -47,7 +48,12 @@ def export(cfg: TranslateConfig) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
-        _write_ctranslate2(translator, staging)
+        if cfg.export.format == ExportFormat.transformers:
+            from translate.export_transformers import write_transformers
+
+            write_transformers(translator, staging, cfg.decode)
+        else:
+            _write_ctranslate2(translator, staging)
         marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
                   "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict()}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -55,7 +61,7 @@ def export(cfg: TranslateConfig) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log.info(f"wrote {output}: CTranslate2 model of {source}")
+    log.info(f"wrote {output}: {cfg.export.format} model of {source}")
     return output
 
 
