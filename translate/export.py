@@ -51,7 +51,7 @@ def export(cfg: TranslateConfig) -> Path:
         if cfg.export.format == ExportFormat.transformers:
             from translate.export_transformers import write_transformers
 
-            write_transformers(translator, staging, cfg.decode)
+            write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
         else:
             _write_ctranslate2(translator, staging)
         marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),

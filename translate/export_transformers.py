@@ -16,9 +16,11 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
+from translate import run_record
 from translate.config import DecodeConfig, ModelConfig
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
+from translate.model_card import model_card
 
 INPUT_TOKENS = 512  # the tokenizer's model_max_length: longest source, EOS included
 EXTRA = "transformers"  # the optional dependency group that brings transformers and safetensors
@@ -121,8 +123,9 @@ def write_tokenizer(vocabulary: Vocabulary, folder: Path, languages: Optional[Li
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def write_transformers(translator, folder: Path, decode: DecodeConfig) -> None:
-    """The folder MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained load offline."""
+def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: Path) -> None:
+    """The folder MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained load offline,
+    with a model card from run_dir's run record."""
     try:
         from transformers import MarianMTModel
     except ImportError:
@@ -137,6 +140,9 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig) -> None:
     model.generation_config = generation_config(vocabulary, decode)
     model.save_pretrained(str(folder), safe_serialization=True)
     write_tokenizer(vocabulary, folder, translator.languages)
+    card = model_card(run_record.load(run_dir), translator.languages, len(vocabulary),
+                      translator.model.num_parameters(), decode)
+    (folder / "README.md").write_text(card, encoding="utf-8")
 
 
 def transformers_translate(model_dir: Path, sentences: List[str], beam_size: int = 1, max_len_a: float = 1.0,
