@@ -26,6 +26,7 @@ import numpy as np
 
 from translate.config import DataConfig, TranslateConfig
 from translate.data.loading import ParallelCorpus, load_corpus
+from translate.data.progress import Progress
 from translate.data.vocabulary import Vocabulary
 from translate.errors import MissingSplit, TranslateError
 
@@ -215,7 +216,8 @@ def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optiona
                         "settings": asdict(data)}
         test = _optional_split(data, "test")
         test_sets = _sentence_sets(test) if test is not None else None
-        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets)
+        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
+                                           log=log)
         if report["train"]["kept"] == 0:
             raise TranslateError(f"{train.description}: no pair left after cleaning")
         if valid is not None:
@@ -253,12 +255,14 @@ def _encode(
     data: DataConfig,
     clean: bool,
     test_sets: Optional[Tuple[Set[str], Set[str]]] = None,
+    log=None,
 ) -> Tuple[Dict, Dict]:
     """Encode chunk by chunk into folder/name.*; training pairs with an empty side, a side over
     data.max_length tokens, or sides more than data.max_length_ratio apart are dropped."""
     writer = SplitWriter(folder, name, dtype, vocabulary.specials.unk)
     counts = {"pairs": 0, "kept": 0, "empty": 0, "too_long": 0, "ratio": 0}
     overlap = {"source": 0, "target": 0}
+    progress = Progress(len(corpus), f"encoding {name}", log) if log is not None else None
     for src, tgt in corpus.chunks(20000):
         if test_sets is not None:
             overlap["source"] += sum(s.strip() in test_sets[0] for s in src)
@@ -272,6 +276,10 @@ def _encode(
         counts["kept"] += len(src_ids)
         writer.add("src", src_ids)
         writer.add("tgt", tgt_ids)
+        if progress is not None:
+            progress.update(counts["pairs"] - progress.done)
+    if progress is not None:
+        progress.close()
     writer.close()
     counts.update(writer.counts)
     return counts, overlap
