@@ -108,7 +108,8 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     payloads = [load(path) for path in sources]
     first = payloads[0]
     for path, payload in zip(sources[1:], payloads[1:]):
-        same_vocabulary = payload["vocabulary"] == first["vocabulary"] and vocabulary(payload).specials == vocabulary(first).specials
+        specials = [SpecialIds.from_dict(p.get("specials")) for p in (payload, first)]
+        same_vocabulary = payload["vocabulary"] == first["vocabulary"] and specials[0] == specials[1]
         if payload["model_config"] != first["model_config"] or not same_vocabulary:
             raise TranslateError(f"{path} holds another model or vocabulary than {sources[0]}: cannot average them")
     mean = {}
