@@ -10,10 +10,11 @@ DEMO_MINUTES ?= 15
 
 install: $(VENV)/.installed
 
-# constraints.txt pins every tested version (torch==2.13.0: its CPU build, not a CUDA one).
+# constraints.txt pins every tested version (torch==2.13.0: its CPU build, not a CUDA one); the
+# transformers extra is for `translate export export.format=transformers`.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,transformers]'
 	touch $@
 
 test: install

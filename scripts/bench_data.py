@@ -136,23 +136,22 @@ def main() -> None:
         data = _load(last_folder)
         batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, args.batch_tokens, seed=1, epoch=0)
         chosen = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))[:200]]
-        collate(data.train, chosen[0])
+        specials = data.vocabulary.specials
+        collate(data.train, chosen[0], specials)
         start = time.perf_counter()
         for batch in chosen:
-            collate(data.train, batch)
+            collate(data.train, batch, specials)
         emit(measurement="batch_assembly", tokens_per_batch=args.batch_tokens, batches=len(chosen),
              ms_per_batch=round(1000 * (time.perf_counter() - start) / len(chosen), 3))
 
         # The real target positions and tokens of each batch (Batch.real_targets, in numpy),
         # side by side with the same found by torch's boolean indexing, on torch's default threads.
         import torch
-        from translate.data.vocabulary import PAD
-
         def with_torch(batch):
-            real = batch.tgt_out != PAD  # (B, T)
+            real = batch.tgt_out != batch.pad  # (B, T)
             return real.flatten().nonzero().squeeze(1), batch.tgt_out[real]
 
-        assembled = [collate(data.train, batch) for batch in chosen]
+        assembled = [collate(data.train, batch, specials) for batch in chosen]
         seconds = {}
         for name, find in (("numpy", lambda b: b.real_targets()), ("torch", with_torch)):
             find(assembled[0])

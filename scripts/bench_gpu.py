@@ -38,7 +38,9 @@ from translate import flops  # noqa: E402
 from translate.distributed import Context  # noqa: E402
 from translate.config import ModelConfig, OptimConfig  # noqa: E402
 from translate.data.batching import Batch  # noqa: E402
-from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
+from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
+
+PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # synthetic batches in our layout
 from translate.loss import LabelSmoothedObjective  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
@@ -76,7 +78,7 @@ def synthetic_batch(tokens: int, mean_length: int, vocab: int, rng: np.random.Ge
         src[row, :n], src[row, n] = words, EOS
         tgt_in[row, 0], tgt_in[row, 1 : n + 1] = BOS, words
         tgt_out[row, :n], tgt_out[row, n] = words, EOS
-    return Batch(src, tgt_in, tgt_out, np.arange(rows))
+    return Batch(src, tgt_in, tgt_out, np.arange(rows), PAD)
 
 
 def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks) -> None:

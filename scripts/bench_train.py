@@ -30,7 +30,9 @@ sys.path.insert(0, str(ROOT))
 from translate import flops  # noqa: E402
 from translate.data.batching import collate, pad, token_batches  # noqa: E402
 from translate.data.cache import prepare  # noqa: E402
-from translate.data.vocabulary import BOS, EOS, PAD  # noqa: E402
+from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
+
+PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # the tiny config trains its own vocabulary
 from translate.hydra_cli import load_config  # noqa: E402
 from translate.model import Transformer  # noqa: E402
 from translate.optim import build_optimizer  # noqa: E402
@@ -100,7 +102,7 @@ def main() -> None:
     split = data.train
     batches = token_batches(split.src_lengths, split.tgt_lengths, args.tokens_per_batch, seed=1, epoch=0)
     n = args.warmup + args.steps
-    ours = [collate(split, b) for b in batches[:n]]
+    ours = [collate(split, b, data.vocabulary.specials) for b in batches[:n]]
     src_len = float(np.mean(split.src_lengths)) + 1
     tgt_len = float(np.mean(split.tgt_lengths)) + 1
     per_token = flops.flops_per_target_token(model_cfg, src_len, tgt_len)
@@ -133,9 +135,9 @@ def main() -> None:
     reference_batches = []
     for i in range(n):
         idx = order[i * sentences : (i + 1) * sentences]
-        reference_batches.append((pad([split.source(j) for j in idx], suffix=EOS),
-                                  pad([split.target(j) for j in idx], prefix=BOS),
-                                  pad([split.target(j) for j in idx], suffix=EOS)))
+        reference_batches.append((pad([split.source(j) for j in idx], PAD, suffix=EOS),
+                                  pad([split.target(j) for j in idx], PAD, prefix=BOS),
+                                  pad([split.target(j) for j in idx], PAD, suffix=EOS)))
     reference = Reference(model_cfg)
     ref_optimizer = torch.optim.Adam(reference.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 

@@ -105,6 +105,48 @@ def trained_run(tmp_path_factory) -> List[str]:
     return overrides
 
 
+def train_sentencepiece(path: Path, vocab_size: int = 600, **options) -> Path:
+    """A sentencepiece model trained by sentencepiece itself (its defaults unless `options` say
+    otherwise: unk 0, bos 1, eos 2, no pad) on Multi30k's dev split, both languages."""
+    import io
+
+    import pyarrow.parquet as pq
+    import sentencepiece as spm
+
+    table = pq.read_table(need(MULTI30K / "de-en" / "validation-00000-of-00001.parquet"))
+    lines = [text for row in table.column("translation").to_pylist() for text in (row["en"], row["de"])]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+                                   minloglevel=2, **options)
+    path.write_bytes(model.getvalue())
+    return path
+
+
+@pytest.fixture(scope="session")
+def default_spm_model(tmp_path_factory) -> Path:
+    """A sentencepiece model with sentencepiece's default layout (unk 0, bos 1, eos 2, no pad)."""
+    return train_sentencepiece(tmp_path_factory.mktemp("spm") / "default.model")
+
+
+@pytest.fixture(scope="session")
+def foreign_run(tmp_path_factory, default_spm_model) -> List[str]:
+    """A small model on a sentencepiece model of sentencepiece's own layout (pad added after its
+    pieces: 601 ids, padded to 608 rows), trained through the CLI long enough to end most
+    greedy translations of Multi30k's test split before the length cap, with two numbered
+    checkpoints that decode averages. Returns the overrides that point the verbs at it."""
+    folder = tmp_path_factory.mktemp("foreign")
+    small = [o for o in SMALL if not o.startswith(("train.max_steps=", "train.log_every=", "optim.warmup_steps="))]
+    overrides = small + [f"data.spm_model={default_spm_model}", "train.max_steps=700", "optim.warmup_steps=200", "train.log_every=100",
+                         "checkpoint.every_steps=50", "checkpoint.average_last=2", "train.threads=1",
+                         f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
+    run_cli("train", *overrides, check=True)
+    return overrides
+
+
+def run_dir_of(overrides: List[str]) -> Path:
+    return Path(next(o for o in overrides if o.startswith("run_dir=")).split("=", 1)[1])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _temporary_files_stay_in_pytest_tmp(tmp_path_factory):
     """torchrun and other subprocesses write temporary folders (torchelastic_*) under TMPDIR:

@@ -6,7 +6,9 @@ import torch
 
 from translate.data.batching import collate, pad, pad_flat, shard, token_batches
 from translate.data.cache import EncodedSplit
-from translate.data.vocabulary import BOS, EOS, PAD
+from translate.data.vocabulary import SpecialIds
+
+PAD, BOS, EOS = 7, 5, 6  # not our layout's ids: the batches must follow the ones given
 
 
 def random_lengths(n=5000, seed=0):
@@ -57,7 +59,7 @@ def test_collate_frames_source_and_teacher_forced_target():
         tgt_tokens=np.array([30, 40, 41], dtype=np.uint16),
         tgt_offsets=np.array([0, 1, 3]),
     )
-    batch = collate(split, np.array([0, 1]))
+    batch = collate(split, np.array([0, 1]), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS))
     assert batch.src.tolist() == [[10, 11, 12, EOS], [20, EOS, PAD, PAD]]
     assert batch.tgt_in.tolist() == [[BOS, 30, PAD], [BOS, 40, 41]]
     assert batch.tgt_out.tolist() == [[30, EOS, PAD], [40, 41, EOS]]
@@ -80,8 +82,8 @@ def test_pad_flat_equals_pad():
     indices = rng.permutation(200)[:50]
     sequences = [tokens[offsets[i] : offsets[i + 1]] for i in indices]
     for prefix, suffix in ((None, EOS), (BOS, None), (None, None), (BOS, EOS)):
-        expected = pad(sequences, prefix=prefix, suffix=suffix)
-        assert torch.equal(pad_flat(tokens, offsets, indices, prefix=prefix, suffix=suffix), expected)
+        expected = pad(sequences, PAD, prefix=prefix, suffix=suffix)
+        assert torch.equal(pad_flat(tokens, offsets, indices, PAD, prefix=prefix, suffix=suffix), expected)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 8])

@@ -7,7 +7,7 @@ import torch
 
 from tests.conftest import MULTI30K, SMALL, need, run_cli
 from translate import checkpoint
-from translate.config import ModelConfig
+from translate.config import ModelConfig, to_plain
 from translate.errors import TranslateError
 from translate.model import Transformer
 
@@ -15,7 +15,7 @@ from translate.model import Transformer
 def write_model(path: Path, seed: int, d_model: int = 16, step: int = 1) -> dict:
     torch.manual_seed(seed)
     cfg = ModelConfig(d_model=d_model, d_ff=32, heads=2, layers=1, vocab_size=30)
-    payload = {"model": Transformer(cfg).state_dict(), "model_config": cfg.__dict__, "vocabulary": b"spm", "step": step}
+    payload = {"model": Transformer(cfg).state_dict(), "model_config": to_plain(cfg), "vocabulary": b"spm", "step": step}
     checkpoint.save(path, payload)
     return payload
 

@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import MULTI30K, TEXT, WMT14_MINI, need
 from translate.data.cache import fingerprint, prepare
 from translate.data.loading import load_corpus
-from translate.data.vocabulary import EOS, PAD, Vocabulary
+from translate.data.vocabulary import OUR_LAYOUT, Vocabulary
 from translate.errors import TranslateError
 
 
@@ -67,7 +67,8 @@ def test_missing_path_and_split(compose, tmp_path):
 def test_vocabulary_round_trips_and_has_fixed_special_ids():
     sentences = [f"A man number {i} is riding a red bicycle down the street." for i in range(200)]
     vocabulary = Vocabulary.train(sentences, vocab_size=120)
-    assert vocabulary.processor.pad_id() == PAD and vocabulary.processor.eos_id() == EOS
+    assert vocabulary.specials == OUR_LAYOUT and len(vocabulary) == vocabulary.piece_count  # nothing added
+    assert (vocabulary.processor.pad_id(), vocabulary.processor.eos_id()) == (OUR_LAYOUT.pad, OUR_LAYOUT.eos)
     ids = vocabulary.encode(["A man is riding a bicycle."])
     assert vocabulary.decode(ids) == ["A man is riding a bicycle."]
     assert Vocabulary(vocabulary.model_bytes).encode(["red street"]) == vocabulary.encode(["red street"])

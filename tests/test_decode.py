@@ -33,14 +33,13 @@ def test_results_do_not_depend_on_batching(translator, sentences):
 
 
 def test_beam_one_is_greedy(translator, sentences):
-    from translate.data.vocabulary import BOS, EOS
-    from translate.decode import BANNED
     from translate.data.batching import pad
     import numpy as np
 
-    ids = translator.vocabulary.encode(sentences[:8])
-    state = translator.model.start_state(pad([np.asarray(i) for i in ids], suffix=EOS))
-    greedy = greedy_search(translator.model.step, state, [len(i) + 11 for i in ids], BOS, EOS, banned=BANNED)
+    ids, specials = translator.vocabulary.encode(sentences[:8]), translator.vocabulary.specials
+    state = translator.model.start_state(pad([np.asarray(i) for i in ids], specials.pad, suffix=specials.eos))
+    greedy = greedy_search(translator.model.step, state, [len(i) + 11 for i in ids], specials.bos, specials.eos,
+                           banned=translator.vocabulary.never_generated)
     beam_one = translator.search(sentences[:8], beam_size=1, max_len_b=10)
     assert [h[0].tokens for h in beam_one] == greedy
 

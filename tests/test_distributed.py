@@ -72,9 +72,10 @@ def _gradient_worker(rank, port, overrides, results):
         reference.load_state_dict(model.state_dict())
         batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 700, seed=1, epoch=0)
         ddp = torch.nn.parallel.DistributedDataParallel(LabelSmoothedObjective(model, 0.1))
-        train_step(ddp, [collate(data.train, batches[rank])], context)  # this rank's share
+        train_step(ddp, [collate(data.train, batches[rank], data.vocabulary.specials)], context)  # this rank's share
         if rank == 0:  # one process, both batches, accumulated
-            train_step(LabelSmoothedObjective(reference, 0.1), [collate(data.train, batches[0]), collate(data.train, batches[1])])
+            both = [collate(data.train, batches[i], data.vocabulary.specials) for i in (0, 1)]
+            train_step(LabelSmoothedObjective(reference, 0.1), both)
             worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
             largest = max(q.grad.abs().max().item() for q in reference.parameters())
             results.put((worst, largest))

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, need, run_cli
-from translate.data.vocabulary import BOS, EOS
 from translate.decode import Translator
 
 
@@ -67,6 +66,7 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
     sources, targets = multi30k_test(50)
     src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
     piece = translator.vocabulary.processor.id_to_piece
+    BOS, EOS = translator.vocabulary.specials.bos, translator.vocabulary.specials.eos
     results = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1).score_batch(
         [[piece(i) for i in ids] for ids in src_ids], [[piece(i) for i in ids] for ids in tgt_ids]
     )
@@ -114,3 +114,46 @@ def test_default_folder_is_under_run_dir(compose, tmp_path):
 
     assert output_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
     assert output_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"
+
+
+def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(foreign_run, tmp_path):
+    """sentencepiece's defaults (unk 0, bos 1, eos 2, no pad): prepared, trained (foreign_run),
+    decoded with the average of its last checkpoints, and exported to CTranslate2, which
+    translates as we do (the added pad id never reaches sentencepiece)."""
+    from tests.conftest import run_dir_of
+    from translate.export import ctranslate2_translate
+
+    sources, _ = multi30k_test(100)
+    (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    run_cli("decode", *foreign_run, f"decode.input={tmp_path / 'in.en'}", f"decode.output={tmp_path / 'out.de'}",
+            "decode.beam_size=1", check=True)
+    average = run_dir_of(foreign_run) / "checkpoint_average.pt"
+    translator = Translator.from_checkpoint(average)
+    assert translator.vocabulary.specials.pad == len(translator.vocabulary) - 1  # added after the pieces
+    decoded = (tmp_path / "out.de").read_text(encoding="utf-8").splitlines()
+    assert decoded == translator.translate(sources, beam_size=1)
+    folder = tmp_path / "ct2"
+    run_cli("export", *foreign_run, f"export.output={folder}", check=True)
+    pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    assert pieces[:3] == ["<unk>", "<s>", "</s>"] and pieces[-1] == "<pad>"
+    theirs = ctranslate2_translate(folder, sources, beam_size=1, threads=1)
+    assert sum(a == b for a, b in zip(decoded, theirs)) >= 99
+
+
+def test_transformers_export_without_the_extra_names_it(trained_run, tmp_path):
+    """Without transformers installed (here: made unimportable) the export says which extra to install."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, run_dir_of
+
+    blocker = tmp_path / "blocked" / "transformers"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('not installed')\n", encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=f"{blocker.parent}{os.pathsep}{ROOT}")
+    result = subprocess.run([sys.executable, "-m", "translate", "export", *trained_run, "export.format=transformers",
+                             f"export.checkpoint={run_dir_of(trained_run) / 'checkpoint_last.pt'}",
+                             f"export.output={tmp_path / 'hf'}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    one_line_error(result, "transformers extra", "pip install")
+    assert not (tmp_path / "hf").exists()

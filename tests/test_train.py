@@ -30,7 +30,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
     model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
     optimizer, schedule = build_optimizer(model, replace(cfg.optim, warmup_steps=10), cfg.model.d_model, 40)
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 1500, seed=1, epoch=0)
-    held_out = collate(data.train, batches[0])
+    held_out = collate(data.train, batches[0], data.vocabulary.specials)
 
     def held_out_loss():
         with torch.no_grad():
@@ -41,7 +41,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
 
     before = held_out_loss()
     for indices in batches[1:41]:
-        train_step(LabelSmoothedObjective(model, 0.1), [collate(data.train, indices)])
+        train_step(LabelSmoothedObjective(model, 0.1), [collate(data.train, indices, data.vocabulary.specials)])
         apply_update(model, optimizer, schedule, None, 0.0)
     after = held_out_loss()
     assert after < before - 1.0, (before, after)
@@ -61,8 +61,9 @@ def test_accumulation_gives_the_gradient_of_one_large_batch(small_data):
     torch.manual_seed(0)
     model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 600, seed=1, epoch=0)
-    parts = [collate(data.train, batches[0]), collate(data.train, batches[1])]
-    whole = collate(data.train, np.concatenate([batches[0], batches[1]]))
+    specials = data.vocabulary.specials
+    parts = [collate(data.train, batches[0], specials), collate(data.train, batches[1], specials)]
+    whole = collate(data.train, np.concatenate([batches[0], batches[1]]), specials)
 
     train_step(LabelSmoothedObjective(model, 0.1), parts)
     accumulated = [p.grad.clone() for p in model.parameters()]
@@ -148,7 +149,7 @@ def test_compiled_objective_equals_eager(small_data):
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 600, seed=1, epoch=0)
     compiled = torch.compile(LabelSmoothedObjective(model, 0.1), dynamic=True)
     for indices in batches[:2]:  # two shapes: the second runs the same dynamic-shape graph
-        batch = collate(data.train, indices)
+        batch = collate(data.train, indices, data.vocabulary.specials)
         results = []
         for objective in (LabelSmoothedObjective(model, 0.1), compiled):
             model.zero_grad()

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from tests.conftest import SMALL, need, run_cli, MULTI30K
 from tests.test_export import multi30k_test, one_line_error
 from translate import checkpoint
-from translate.data.vocabulary import BOS, EOS
 from translate.decode import Translator
 
 
@@ -46,6 +45,7 @@ def test_pre_norm_with_learned_positions_trains_resumes_decodes_and_exports(tmp_
     sources, targets = multi30k_test(20)
     src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
     piece = translator.vocabulary.processor.id_to_piece
+    BOS, EOS = translator.vocabulary.specials.bos, translator.vocabulary.specials.eos
     results = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1).score_batch(
         [[piece(i) for i in ids] for ids in src_ids], [[piece(i) for i in ids] for ids in tgt_ids])
     worst = 0.0

@@ -2,7 +2,8 @@
 
 Contract (tools rely on it): torch.load gives a dict with `model` (a plain state_dict, no
 `module.` or compile prefixes), `model_config` (ModelConfig fields), `vocabulary` (the
-sentencepiece model's bytes), `languages`, `step` (all built by `weights`), and for resuming
+sentencepiece model's bytes), `specials` (the ids of pad, unk, bos, eos; absent in checkpoints
+from before it was recorded: 0, 1, 2, 3), `languages`, `step` (all built by `weights`), and for resuming
 `optimizer` (torch's Adam state), `scheduler` (the schedule's applied updates and settings),
 `config` (the whole configuration as plain values), `processes`, `valid`, `skipped_updates`.
 """
@@ -24,6 +25,7 @@ from torch import nn
 
 from translate import paths
 from translate.config import ModelConfig, Norm, Positions, TranslateConfig, to_plain
+from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import MissingCheckpoint, TranslateError
 
 log = logging.getLogger("translate.checkpoint")
@@ -31,12 +33,13 @@ log = logging.getLogger("translate.checkpoint")
 REQUIRED = ("model", "model_config", "vocabulary", "step")
 
 
-def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: bytes, languages: List[str], step: int) -> Dict[str, Any]:
+def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, languages: List[str], step: int) -> Dict[str, Any]:
     """What decoding needs: weights (of the plain model, never a DistributedDataParallel or
-    compiled wrapper, whose names differ), model config, sentencepiece model, languages, update."""
+    compiled wrapper, whose names differ), model config, sentencepiece model and the ids of the
+    special symbols, languages, update."""
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    return {"model": state, "model_config": to_plain(model_cfg), "vocabulary": vocabulary, "languages": list(languages),
-            "step": step}
+    return {"model": state, "model_config": to_plain(model_cfg), "vocabulary": vocabulary.model_bytes,
+            "specials": vocabulary.specials.as_dict(), "languages": list(languages), "step": step}
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
@@ -115,6 +118,11 @@ def model_config(payload: Dict[str, Any]) -> ModelConfig:
     return cfg
 
 
+def vocabulary(payload: Dict[str, Any]) -> Vocabulary:
+    """The checkpoint's vocabulary with the special ids it was trained with."""
+    return Vocabulary(payload["vocabulary"], SpecialIds.from_dict(payload.get("specials")))
+
+
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:
     """'d_model 512 != 256, ...' for the fields that differ."""
     a, b = asdict(saved), asdict(wanted)
@@ -140,13 +148,15 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     payloads = [load(path) for path in sources]
     first = payloads[0]
     for path, payload in zip(sources[1:], payloads[1:]):
-        if payload["model_config"] != first["model_config"] or payload["vocabulary"] != first["vocabulary"]:
+        specials = [SpecialIds.from_dict(p.get("specials")) for p in (payload, first)]
+        same_vocabulary = payload["vocabulary"] == first["vocabulary"] and specials[0] == specials[1]
+        if payload["model_config"] != first["model_config"] or not same_vocabulary:
             raise TranslateError(f"{path} holds another model or vocabulary than {sources[0]}: cannot average them")
     mean = {}
     for name, tensor in first["model"].items():
         stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
         mean[name] = stacked.mean(dim=0).to(tensor.dtype)
-    result = {key: first[key] for key in ("model_config", "vocabulary", "languages") if key in first}
+    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages") if key in first}
     result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
     return result
 

@@ -64,7 +64,8 @@ class BleuFormat(Choice):
 
 
 class ExportFormat(Choice):
-    ctranslate2 = "ctranslate2"
+    ctranslate2 = "ctranslate2"  # a CTranslate2 model folder
+    transformers = "transformers"  # a Hugging Face transformers folder (MarianMTModel, MarianTokenizer, model card)
 
 
 def to_plain(cfg: Any) -> Dict[str, Any]:
@@ -253,7 +254,7 @@ class BleuConfig:
 class ExportConfig:
     """Conversion of a checkpoint to a production inference engine."""
 
-    format: ExportFormat = ExportFormat.ctranslate2  # only ctranslate2 for now
+    format: ExportFormat = ExportFormat.ctranslate2  # ctranslate2 or transformers
     output: Optional[str] = None  # folder to write; default <run_dir>/export/<format>
     checkpoint: Optional[str] = None  # default: the checkpoint decode would use
 

@@ -19,15 +19,12 @@ from translate import checkpoint, paths
 from translate.config import Positions, TranslateConfig
 from translate.data.batching import pad
 from translate.data.loading import decode_line, load_corpus, read_lines
-from translate.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
+from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 
 log = logging.getLogger("translate.decode")
-
-BANNED = (PAD, BOS, UNK)  # never produced: padding, a second start, unknown pieces
-
 
 @dataclass
 class Translator:
@@ -41,10 +38,10 @@ class Translator:
     def from_checkpoint(cls, path: Path) -> "Translator":
         payload = checkpoint.load(path)
         model_cfg = checkpoint.model_config(payload)
-        vocabulary = Vocabulary(payload["vocabulary"])
+        vocabulary = checkpoint.vocabulary(payload)
         if len(vocabulary) != model_cfg.vocab_size:
-            raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} pieces but the model {model_cfg.vocab_size}")
-        model = Transformer(model_cfg, pad_id=PAD)
+            raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} ids but the model {model_cfg.vocab_size}")
+        model = Transformer(model_cfg, pad_id=vocabulary.specials.pad)
         try:
             model.load_state_dict(payload["model"])
         except RuntimeError as error:
@@ -86,6 +83,7 @@ class Translator:
         if limit:  # learned positions serve this many: the source and EOS, the output and BOS
             max_source_length = min(max_source_length, limit - 1)
         encoded = self.encode_sources(sentences, max_source_length, first_line)
+        specials, banned = self.vocabulary.specials, self.vocabulary.never_generated
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
         order = order[lengths[order] > 1]  # an empty source needs no search
@@ -98,13 +96,15 @@ class Translator:
             chunk = order[start : start + size]
             start += size
             sources = [encoded[i] for i in chunk]
-            src = pad([np.asarray(s, dtype=np.int64) for s in sources], suffix=EOS)  # (B, S)
+            src = pad([np.asarray(s, dtype=np.int64) for s in sources], specials.pad, suffix=specials.eos)  # (B, S)
             state = self.model.start_state(src)
             max_lengths = [min(int(max_len_a * len(s) + max_len_b) + 1, limit or math.inf) for s in sources]  # EOS included
             if sampling:
-                found = [[h] for h in sample(self.model.step, state, max_lengths, BOS, EOS, temperature, top_k, top_p, BANNED, generator)]
+                found = [[h] for h in sample(self.model.step, state, max_lengths, specials.bos, specials.eos, temperature,
+                                             top_k, top_p, banned, generator)]
             else:
-                found = beam_search(self.model.step, state, max_lengths, beam_size, length_penalty, BOS, EOS, BANNED)
+                found = beam_search(self.model.step, state, max_lengths, beam_size, length_penalty, specials.bos,
+                                    specials.eos, banned)
             for index, hypotheses in zip(chunk, found):
                 results[index] = hypotheses
         return results

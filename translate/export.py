@@ -1,4 +1,5 @@
-"""The `translate export` verb: write a checkpoint as a CTranslate2 model.
+"""The `translate export` verb: write a checkpoint as a CTranslate2 model, or as a Hugging Face
+transformers model (export_transformers.py).
 
 Every weight is set by hand on CTranslate2's Transformer spec (post-norm, ReLU), with our own
 position table: CTranslate2's built-in sinusoid puts all sines before all cosines, ours
@@ -18,8 +19,8 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 
 from translate import checkpoint
-from translate.config import DecodeConfig, Norm, Positions, TranslateConfig
-from translate.data.vocabulary import BOS, EOS, PAD, UNK
+from translate.config import DecodeConfig, ExportFormat, Norm, Positions, TranslateConfig
+from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
 
 log = logging.getLogger("translate.export")
@@ -52,15 +53,21 @@ def export(cfg: TranslateConfig) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
-        _write_ctranslate2(translator, staging, positions(cfg.decode))
+        if cfg.export.format == ExportFormat.transformers:
+            from translate.export_transformers import write_transformers
+
+            write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
+        else:
+            _write_ctranslate2(translator, staging, positions(cfg.decode))
         marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
-                  "languages": list(translator.languages or []), "max_source_length": cfg.decode.max_source_length}
+                  "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
+                  "max_source_length": cfg.decode.max_source_length}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log.info(f"wrote {output}: CTranslate2 model of {source}")
+    log.info(f"wrote {output}: {cfg.export.format} model of {source}")
     return output
 
 
@@ -165,13 +172,14 @@ def _fill_layers(spec, weights: Dict[str, np.ndarray]) -> None:
 
 
 def _fill_vocabulary_and_config(spec, vocabulary) -> None:
-    """Our sentencepiece pieces as both vocabularies, and the special tokens and settings our model assumes."""
-    processor = vocabulary.processor
-    pieces = [processor.id_to_piece(i) for i in range(len(vocabulary))]
+    """Our pieces (sentencepiece's, then the added symbols) as both vocabularies, and the special
+    tokens and settings our model assumes."""
+    pieces, specials = vocabulary.piece_names(), vocabulary.specials
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[UNK], pieces[BOS], pieces[EOS]
-    spec.config.decoder_start_token = pieces[BOS]  # our decoder starts from BOS
+    spec.config.unk_token, spec.config.bos_token = pieces[specials.unk], pieces[specials.bos]
+    spec.config.eos_token = pieces[specials.eos]
+    spec.config.decoder_start_token = pieces[specials.bos]  # our decoder starts from BOS
     spec.config.add_source_eos = True  # our sources end with EOS
     spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default, stated rather than left to CTranslate2
 
@@ -195,20 +203,20 @@ def ctranslate2_translate(
     length ** length_penalty, not GNMT's ((5 + length) / 6) ** alpha.
     """
     import ctranslate2
-    import sentencepiece as spm
 
     model_dir = Path(model_dir)
-    processor = spm.SentencePieceProcessor(model_file=str(model_dir / SENTENCEPIECE))
+    vocabulary = exported_vocabulary(model_dir)
+    pieces = vocabulary.piece_names()
+    ids = {piece: i for i, piece in enumerate(pieces)}
     translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
-    encoded = processor.encode(list(sentences), out_type=int)
-    sources = [[processor.id_to_piece(i) for i in ids[:max_source_length]] for ids in encoded]
+    sources = [[pieces[i] for i in encoded[:max_source_length]] for encoded in vocabulary.encode(list(sentences))]
     # One length limit per call, so group sentences of equal limit (len + 50 tokens, EOS aside).
     groups: Dict[int, List[int]] = defaultdict(list)
     for index, tokens in enumerate(sources):
         if tokens:  # an empty source stays an empty translation, as in ours
             groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
     outputs: List[str] = [""] * len(sources)
-    banned = [[processor.id_to_piece(i)] for i in (PAD, BOS)]  # UNK goes through disable_unk
+    banned = [[pieces[i]] for i in vocabulary.never_generated if i != vocabulary.specials.unk]  # unk: disable_unk
     for limit, indices in groups.items():
         results = translator.translate_batch(
             [sources[i] for i in indices],
@@ -222,5 +230,12 @@ def ctranslate2_translate(
             suppress_sequences=banned,
         )
         for index, result in zip(indices, results):
-            outputs[index] = processor.decode([processor.piece_to_id(p) for p in result.hypotheses[0]])
+            outputs[index] = vocabulary.decode([[ids[p] for p in result.hypotheses[0]]])[0]
     return outputs
+
+
+def exported_vocabulary(model_dir: Path) -> Vocabulary:
+    """The sentencepiece model of an export with the special ids its marker records (exports
+    from before they were recorded: the default layout)."""
+    marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) if (model_dir / MARKER).is_file() else {}
+    return Vocabulary((model_dir / SENTENCEPIECE).read_bytes(), SpecialIds.from_dict(marker.get("specials")))

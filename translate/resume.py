@@ -31,7 +31,7 @@ def check_same_model(path: Path, payload: Dict[str, Any], model_cfg: ModelConfig
     difference = checkpoint.describe_difference(checkpoint.model_config(payload), model_cfg)
     if difference:
         raise TranslateError(f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away")
-    if payload["vocabulary"] != vocabulary.model_bytes:
+    if payload["vocabulary"] != vocabulary.model_bytes or checkpoint.vocabulary(payload).specials != vocabulary.specials:
         raise TranslateError(f"{path} was trained with another vocabulary: use another run_dir")
 
 

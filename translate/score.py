@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from translate import paths
+from translate import paths, run_record
 from translate.config import TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError
@@ -215,6 +215,11 @@ def bleu(cfg: TranslateConfig) -> float:
         raise TranslateError(f"no baseline translations at {baseline} (bleu.baseline=FILE)")
     report = score_files(hyp, ref, baseline, cfg.data.src_lang, cfg.data.tgt_lang, settings.bootstrap_samples)
     print(json.dumps(report) if settings.format == "json" else format_text(report))
+    run_dir = Path(cfg.run_dir).resolve()
+    if hyp.resolve().is_relative_to(run_dir):  # the run's own decode: its record keeps the score
+        run_record.record_score(run_dir, {"hyp": str(hyp.resolve().relative_to(run_dir)), "lines": report["lines"],
+                                          "variant": report["variant"], "scores": report["scores"],
+                                          "text": format_text({**report, "significance": None})})
     return report["scores"]["sacrebleu"]["value"]
 
 

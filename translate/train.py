@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
@@ -21,11 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, paths, resume
+from translate import checkpoint, distributed, paths, resume, run_record
 from translate.config import Positions, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
-from translate.data.vocabulary import PAD
 from translate.errors import Interrupted, TranslateError
 from translate.flops import Accounting
 from translate.loss import LabelSmoothedObjective
@@ -105,7 +104,7 @@ class Trainer:
         learned = cfg.model.positions == Positions.learned
         self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary),
                                  max_positions=(cfg.model.max_positions or cfg.decode.positions()) if learned else 0)
-        self.model = Transformer(self.model_cfg, pad_id=PAD).to(context.device)
+        self.model = Transformer(self.model_cfg, pad_id=self.data.vocabulary.specials.pad).to(context.device)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optim, self.model_cfg.d_model,
                                                         cfg.train.max_steps, context.device)
         self.precision = MixedPrecision.on(cfg.train.precision, context.device)
@@ -116,6 +115,9 @@ class Trainer:
         self.tracker = Tracker(cfg.valid.metric)
         self.step = self.skipped = self.nonfinite_in_a_row = 0  # updates counted, dropped; dropped in a row
         self.resumed = self._start()
+        # Training time and compute of the runs this one resumes (the run record sums them).
+        self.previous = run_record.previous_training(self.run_dir, self.step if self.resumed is not None else None)
+        self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
         # Set by _prepare_loop, once the run is known to train.
         self.objective: Optional[nn.Module] = None  # the model's label-smoothed loss, maybe in DDP and compiled
         self.accounting: Optional[Accounting] = None
@@ -223,7 +225,8 @@ class Trainer:
 
     def next_batches(self) -> List[Batch]:
         """This process's micro-batches of the next update."""
-        return [collate(self.data.train, next(self.batches)) for _ in range(self.accumulation)]
+        specials = self.data.vocabulary.specials
+        return [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
 
     def settle(self, keep: int = 0) -> bool:
         """Read the queued updates but the newest `keep`: count each, or count it as dropped.
@@ -298,7 +301,7 @@ class Trainer:
     def weights(self) -> Dict[str, Any]:
         """The checkpoint payload every checkpoint holds: what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
-        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary.model_bytes, languages, self.step)
+        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary, languages, self.step)
 
     def save(self) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
@@ -318,6 +321,25 @@ class Trainer:
         checkpoint.save(self.last_path, payload)
         checkpoint.save(paths.numbered_checkpoint(self.run_dir, self.step), weights)  # for averaging
         checkpoint.prune(self.run_dir, self.cfg.checkpoint.keep_last)
+        self._record()
+
+    def _record(self) -> None:
+        """The run record's training part, as of the checkpoint just written."""
+        report, data = self.data.report, self.cfg.data
+        this_run = self.accounting.done if self.accounting is not None else 0.0
+        run_record.record_training(
+            self.run_dir, settings=to_plain(self.cfg),
+            data={"source": data.path or data.train, "name": data.name, "languages": [data.src_lang, data.tgt_lang],
+                  "train_pairs": report["train"]["pairs"], "train_pairs_kept": report["train"]["kept"],
+                  "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
+                  "vocabulary": {"size": report["vocab_size"], "given": data.spm_model,
+                                 "specials": self.data.vocabulary.specials.as_dict()}},
+            model={"parameters": self.model.num_parameters(), **asdict(self.model_cfg)},
+            training={"updates": self.step, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
+                      "model_flops": self.previous["model_flops"] + this_run, "skipped_updates": self.skipped,
+                      "device": str(self.context.device), "processes": self.context.world_size,
+                      "precision": str(self.precision.precision)},
+            valid=self.last_valid)
 
     def validate(self) -> bool:
         """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
@@ -329,6 +351,9 @@ class Trainer:
                                            self.context.device)
             self._write_dev(metrics, hypotheses)
             improved = self.tracker.update(metrics[self.cfg.valid.metric])
+            self.last_valid = {"update": self.step, **metrics}
+            if self.context.is_main and self.last_path.is_file():
+                self._record()
             text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
             log.info(f"update {self.step}: dev {text}" + (" (best)" if improved else f" (best {self.tracker.best:.3f})"))
             if improved:

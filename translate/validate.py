@@ -10,12 +10,12 @@ from torch import nn
 from translate.config import TranslateConfig, ValidMetric
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
-from translate.data.vocabulary import Vocabulary
+from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.loss import LabelSmoothedObjective
 
 
 @torch.no_grad()
-def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, device: torch.device,
+def dev_loss(model: nn.Module, split: EncodedSplit, specials: SpecialIds, tokens_per_batch: int, device: torch.device,
              label_smoothing: float) -> Dict[str, float]:
     """Label-smoothed loss and NLL per target token over the whole dev split (eval mode)."""
     was_training = model.training
@@ -23,7 +23,7 @@ def dev_loss(model: nn.Module, split: EncodedSplit, tokens_per_batch: int, devic
     objective = LabelSmoothedObjective(model, label_smoothing)
     loss = nll = tokens = 0.0
     for indices in token_batches(split.src_lengths, split.tgt_lengths, tokens_per_batch, seed=0, epoch=0):
-        inputs = collate(split, indices).objective_inputs(device)  # src, tgt_in, select, target, as in train_step
+        inputs = collate(split, indices, specials).objective_inputs(device)  # src, tgt_in, select, target, as in train_step
         batch_loss, batch_nll = objective(*inputs)
         loss, nll, tokens = loss + batch_loss.item(), nll + batch_nll.item(), tokens + len(inputs[-1])
     model.train(was_training)
@@ -79,7 +79,7 @@ def evaluate(model: nn.Module, valid: EncodedSplit, vocabulary: Vocabulary, dev:
              tokens_per_batch: int, label_smoothing: float, device: torch.device) -> Tuple[Dict[str, float], List[str]]:
     """The dev metrics (loss, nll, and bleu where `dev` sentences are given) and the dev
     translations (none without `dev`)."""
-    metrics = dev_loss(model, valid, tokens_per_batch, device, label_smoothing)
+    metrics = dev_loss(model, valid, vocabulary.specials, tokens_per_batch, device, label_smoothing)
     hypotheses: List[str] = []
     if dev is not None:
         metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)

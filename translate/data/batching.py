@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from translate.data.cache import EncodedSplit
-from translate.data.vocabulary import BOS, EOS, PAD
+from translate.data.vocabulary import SpecialIds
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -25,10 +25,11 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class Batch:
     """Padded tensors of one batch; targets are teacher-forced (shifted right by one)."""
 
-    src: torch.Tensor  # (B, S) source ids + EOS, right-padded with PAD
+    src: torch.Tensor  # (B, S) source ids + EOS, right-padded with pad
     tgt_in: torch.Tensor  # (B, T) BOS + target ids: the decoder's input
     tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
     indices: np.ndarray  # (B,) positions of the pairs in the split
+    pad: int  # the padding id (the vocabulary's)
 
     def real_targets(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Flat positions (N,) of the real target tokens in tgt_out viewed as (B*T,), and those
@@ -36,7 +37,7 @@ class Batch:
         there are (boolean indexing there would wait for it); in numpy, single-threaded, as that
         is faster than torch's boolean indexing on the host (scripts/bench_data.py, real_targets)."""
         tgt_out = self.tgt_out.numpy()  # (B, T), shares memory
-        select = np.flatnonzero(tgt_out != PAD)  # (N,)
+        select = np.flatnonzero(tgt_out != self.pad)  # (N,)
         return torch.from_numpy(select), torch.from_numpy(tgt_out.ravel()[select])
 
     def objective_inputs(self, device: torch.device) -> Tuple[torch.Tensor, ...]:
@@ -46,7 +47,7 @@ class Batch:
 
     @property
     def target_tokens(self) -> int:
-        return int(np.count_nonzero(self.tgt_out.numpy() != PAD))
+        return int(np.count_nonzero(self.tgt_out.numpy() != self.pad))
 
     @property
     def padded_tokens(self) -> int:
@@ -55,7 +56,7 @@ class Batch:
 
     @property
     def real_tokens(self) -> int:
-        return int(np.count_nonzero(self.src.numpy() != PAD)) + self.target_tokens
+        return int(np.count_nonzero(self.src.numpy() != self.pad)) + self.target_tokens
 
 
 def token_batches(
@@ -133,7 +134,8 @@ class BatchStream:
 
 
 def pad_flat(
-    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, prefix: int | None = None, suffix: int | None = None
+    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, pad_id: int, prefix: int | None = None,
+    suffix: int | None = None,
 ) -> torch.Tensor:
     """Like pad(), for sentences stored flat (sentence i is tokens[offsets[i]:offsets[i+1]]):
     one vectorized gather instead of a Python loop, so a 25k-token batch takes well under 2 ms."""
@@ -141,7 +143,7 @@ def pad_flat(
     lengths = np.asarray(offsets[indices + 1], dtype=np.int64) - starts  # (B,)
     first = int(prefix is not None)
     width = int(lengths.max(initial=0)) + first + int(suffix is not None)
-    out = np.full((len(indices), width), PAD, dtype=np.int64)
+    out = np.full((len(indices), width), pad_id, dtype=np.int64)
     rows = np.repeat(np.arange(len(indices)), lengths)  # (total,) row of each token
     within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # (total,) position in its row
     out[rows, within + first] = tokens[np.repeat(starts, lengths) + within]
@@ -152,11 +154,11 @@ def pad_flat(
     return torch.from_numpy(out)
 
 
-def pad(sequences: Sequence[np.ndarray], prefix: int | None = None, suffix: int | None = None) -> torch.Tensor:
-    """Right-padded (B, max length) int64 tensor, with an optional first and last token."""
+def pad(sequences: Sequence[np.ndarray], pad_id: int, prefix: int | None = None, suffix: int | None = None) -> torch.Tensor:
+    """Right-padded (with pad_id) (B, max length) int64 tensor, with an optional first and last token."""
     extra = (prefix is not None) + (suffix is not None)
     lengths = [len(s) + extra for s in sequences]
-    out = np.full((len(sequences), max(lengths)), PAD, dtype=np.int64)
+    out = np.full((len(sequences), max(lengths)), pad_id, dtype=np.int64)
     for row, seq in enumerate(sequences):
         begin = 0
         if prefix is not None:
@@ -168,12 +170,15 @@ def pad(sequences: Sequence[np.ndarray], prefix: int | None = None, suffix: int 
     return torch.from_numpy(out)
 
 
-def collate(split: EncodedSplit, indices: np.ndarray) -> Batch:
-    """Source + EOS; target input BOS + target; target output target + EOS."""
+def collate(split: EncodedSplit, indices: np.ndarray, specials: SpecialIds) -> Batch:
+    """Source + EOS; target input BOS + target; target output target + EOS; padded with pad
+    (the ids of the split's vocabulary)."""
     indices = np.asarray(indices)
+    pad_id, bos, eos = specials.pad, specials.bos, specials.eos
     return Batch(
-        src=pad_flat(split.src_tokens, split.src_offsets, indices, suffix=EOS),
-        tgt_in=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, prefix=BOS),
-        tgt_out=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, suffix=EOS),
+        src=pad_flat(split.src_tokens, split.src_offsets, indices, pad_id, suffix=eos),
+        tgt_in=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, pad_id, prefix=bos),
+        tgt_out=pad_flat(split.tgt_tokens, split.tgt_offsets, indices, pad_id, suffix=eos),
         indices=indices,
+        pad=pad_id,
     )

@@ -26,7 +26,8 @@ import numpy as np
 
 from translate.config import DataConfig, TranslateConfig
 from translate.data.loading import ParallelCorpus, load_corpus
-from translate.data.vocabulary import UNK, Vocabulary
+from translate.data.progress import Progress
+from translate.data.vocabulary import Vocabulary
 from translate.errors import MissingSplit, TranslateError
 
 FORMAT_VERSION = 2
@@ -75,8 +76,8 @@ class EncodedSplit:
 class SplitWriter:
     """Appends encoded sentences to flat token files, chunk by chunk (bounded memory)."""
 
-    def __init__(self, folder: Path, name: str, dtype: np.dtype):
-        self.folder, self.name, self.dtype = folder, name, dtype
+    def __init__(self, folder: Path, name: str, dtype: np.dtype, unk: int):
+        self.folder, self.name, self.dtype, self.unk = folder, name, dtype, unk
         self.files = {side: open(folder / f"{name}.{side}_tokens.bin", "wb") for side in SIDES}
         self.lengths: Dict[str, List[np.ndarray]] = {side: [] for side in SIDES}
         self.counts = {"tokens_src": 0, "tokens_tgt": 0, "unk_src": 0, "unk_tgt": 0}
@@ -87,7 +88,7 @@ class SplitWriter:
         flat.tofile(self.files[side])
         self.lengths[side].append(lengths)
         self.counts[f"tokens_{side}"] += int(flat.size)
-        self.counts[f"unk_{side}"] += int(np.count_nonzero(flat == UNK))
+        self.counts[f"unk_{side}"] += int(np.count_nonzero(flat == self.unk))
 
     def close(self) -> None:
         for side in SIDES:
@@ -121,7 +122,9 @@ def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[Paralle
         "max_length_ratio": data.max_length_ratio,
     }
     if data.spm_model:  # a given model replaces every vocabulary setting
-        settings["spm_model"] = hashlib.sha256(_read_spm_model(data.spm_model)).hexdigest()
+        model = _read_spm_model(data.spm_model)
+        settings["spm_model"] = hashlib.sha256(model).hexdigest()
+        settings["specials"] = Vocabulary(model).specials.as_dict()  # how its special pieces are used
     else:
         settings.update(vocab_size=data.vocab_size, vocab_type=data.vocab_type, vocab_sample=data.vocab_sample)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -209,10 +212,12 @@ def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optiona
             vocabulary = Vocabulary.train(_both_sides(train), data.vocab_size, data.vocab_type, sample_size=data.vocab_sample)
         (staging / "vocabulary.model").write_bytes(vocabulary.model_bytes)
         dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
-        report: Dict = {"vocab_size": len(vocabulary), "dtype": dtype.name, "settings": asdict(data)}
+        report: Dict = {"vocab_size": len(vocabulary), "specials": vocabulary.specials.as_dict(), "dtype": dtype.name,
+                        "settings": asdict(data)}
         test = _optional_split(data, "test")
         test_sets = _sentence_sets(test) if test is not None else None
-        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets)
+        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
+                                           log=log)
         if report["train"]["kept"] == 0:
             raise TranslateError(f"{train.description}: no pair left after cleaning")
         if valid is not None:
@@ -250,12 +255,14 @@ def _encode(
     data: DataConfig,
     clean: bool,
     test_sets: Optional[Tuple[Set[str], Set[str]]] = None,
+    log=None,
 ) -> Tuple[Dict, Dict]:
     """Encode chunk by chunk into folder/name.*; training pairs with an empty side, a side over
     data.max_length tokens, or sides more than data.max_length_ratio apart are dropped."""
-    writer = SplitWriter(folder, name, dtype)
+    writer = SplitWriter(folder, name, dtype, vocabulary.specials.unk)
     counts = {"pairs": 0, "kept": 0, "empty": 0, "too_long": 0, "ratio": 0}
     overlap = {"source": 0, "target": 0}
+    progress = Progress(len(corpus), f"encoding {name}", log) if log is not None else None
     for src, tgt in corpus.chunks(20000):
         if test_sets is not None:
             overlap["source"] += sum(s.strip() in test_sets[0] for s in src)
@@ -269,6 +276,10 @@ def _encode(
         counts["kept"] += len(src_ids)
         writer.add("src", src_ids)
         writer.add("tgt", tgt_ids)
+        if progress is not None:
+            progress.update(counts["pairs"] - progress.done)
+    if progress is not None:
+        progress.close()
     writer.close()
     counts.update(writer.counts)
     return counts, overlap

@@ -1,0 +1,53 @@
+"""Vocabulary: any sentencepiece model's special pieces, mapped onto our special symbols."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import train_sentencepiece
+from translate.data.vocabulary import OUR_LAYOUT, SpecialIds, Vocabulary
+from translate.errors import TranslateError
+
+
+def test_sentencepiece_defaults_get_a_pad_after_their_pieces(default_spm_model):
+    vocabulary = Vocabulary(default_spm_model.read_bytes())
+    pieces = vocabulary.piece_count
+    assert vocabulary.specials == SpecialIds(pad=pieces, unk=0, bos=1, eos=2)  # sentencepiece's: unk 0, bos 1, eos 2
+    assert len(vocabulary) == pieces + 1
+    names = vocabulary.piece_names()
+    assert names[:3] == ["<unk>", "<s>", "</s>"] and names[-1] == "<pad>" and len(names) == len(vocabulary)
+    ids = vocabulary.encode(["A man is riding a red bicycle."])[0]
+    assert max(ids) < pieces
+    # The added id never reaches sentencepiece, which would fail on it.
+    assert vocabulary.decode([ids + [pieces]]) == vocabulary.decode([ids]) == ["A man is riding a red bicycle."]
+
+
+def test_custom_layout_maps_control_pieces_only(tmp_path):
+    """A user-defined piece `<s>` looks like bos but is text: bos is added; the control `<pad>`
+    and the chosen eos and unk are used where they are."""
+    path = train_sentencepiece(tmp_path / "custom.model", pad_id=3, unk_id=2, eos_id=0, bos_id=-1,
+                               user_defined_symbols=["<s>"], control_symbols=["<mask>"])
+    vocabulary = Vocabulary(path.read_bytes())
+    pieces = vocabulary.piece_count
+    assert vocabulary.specials == SpecialIds(pad=3, unk=2, bos=pieces, eos=0)
+    assert vocabulary.piece_names()[pieces] == "<s_>"  # `<s>` is the model's own piece
+    user_piece = vocabulary.processor.piece_to_id("<s>")
+    assert user_piece in vocabulary.encode(["<s> a dog"])[0] and user_piece != vocabulary.specials.bos
+    assert not vocabulary.processor.is_control(user_piece)
+
+
+def test_our_own_layout_adds_nothing():
+    vocabulary = Vocabulary.train([f"A dog number {i} runs on the grass." for i in range(100)], vocab_size=60)
+    assert vocabulary.specials == OUR_LAYOUT == SpecialIds(pad=0, unk=1, bos=2, eos=3)
+    assert len(vocabulary) == vocabulary.piece_count and vocabulary.added == {}
+    assert Vocabulary(vocabulary.model_bytes).specials == OUR_LAYOUT  # found again from the model alone
+
+
+def test_recorded_mapping_is_checked_and_defaults_to_the_old_fixed_ids(default_spm_model):
+    assert SpecialIds.from_dict(None) == SpecialIds(0, 1, 2, 3)  # checkpoints from before the record
+    assert SpecialIds.from_dict({"pad": 9, "unk": 0, "bos": 1, "eos": 2}) == SpecialIds(9, 0, 1, 2)
+    model = default_spm_model.read_bytes()
+    with pytest.raises(TranslateError, match="pad=3: not a control or unknown piece"):
+        Vocabulary(model, SpecialIds(pad=3, unk=0, bos=1, eos=2))  # piece 3 is an ordinary piece
+    with pytest.raises(TranslateError, match="do not fit"):
+        Vocabulary(model, SpecialIds(pad=10_000, unk=0, bos=1, eos=2))  # not right after the pieces

@@ -1,0 +1,79 @@
+"""The run record: one JSON file in run_dir that says what a run is and what it has done.
+
+train keeps it current (settings, languages, data, model size, updates, training compute summed
+across resumes, the last validation's metrics, the commands run); bleu adds each scored report
+with its signatures. The transformers export's model card is written from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+RECORD = "run_record.json"
+
+
+def path(run_dir: Path) -> Path:
+    return Path(run_dir) / RECORD
+
+
+def load(run_dir: Path) -> Dict[str, Any]:
+    """The record of run_dir; empty where there is none (or it cannot be read)."""
+    try:
+        return json.loads(path(run_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def save(run_dir: Path, record: Dict[str, Any]) -> None:
+    """Write atomically: readers see the old record or the new one."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{RECORD}.", dir=run_dir)
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    os.replace(temporary, path(run_dir))
+
+
+def command_line(verb: str) -> str:
+    """This process's command as a user would type it: `translate VERB OVERRIDES...` (the CLI
+    leaves sys.argv as [translate-VERB, OVERRIDES...] for Hydra)."""
+    overrides = sys.argv[1:] if sys.argv[0].startswith("translate-") else []
+    return " ".join(["translate", verb, *map(shlex.quote, overrides)])
+
+
+def record_training(run_dir: Path, settings: Dict[str, Any], data: Dict[str, Any], model: Dict[str, Any],
+                    training: Dict[str, Any], valid: Optional[Dict[str, Any]]) -> None:
+    """train's part, rewritten at every checkpoint: `training` holds the updates and the compute
+    totals over every run that led to this checkpoint."""
+    record = load(run_dir)
+    commands = record.get("commands", [])
+    if command_line("train") not in commands:
+        commands.append(command_line("train"))
+    record.update(settings=settings, data=data, model=model, training=training, commands=commands)
+    if valid is not None:
+        record["valid"] = valid
+    save(run_dir, record)
+
+
+def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Dict[str, float]:
+    """The compute totals a resumed run adds to: the record's, if it describes the resumed update."""
+    training = load(run_dir).get("training", {})
+    if resumed_step is None or training.get("updates") != resumed_step:
+        return {"seconds": 0.0, "model_flops": 0.0}
+    return {"seconds": float(training.get("seconds", 0.0)), "model_flops": float(training.get("model_flops", 0.0))}
+
+
+def record_score(run_dir: Path, report: Dict[str, Any]) -> None:
+    """bleu's part: the scored report (sacreBLEU, chrF, tokenized BLEU with their signatures),
+    replacing an earlier score of the same translations."""
+    record = load(run_dir)
+    scores = [s for s in record.get("scores", []) if s.get("hyp") != report.get("hyp")]
+    scores.append(report)
+    record["scores"] = scores
+    save(run_dir, record)
