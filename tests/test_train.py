@@ -171,3 +171,14 @@ def test_zero_periods_mean_never(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint_*.pt")) == ["checkpoint_3.pt", "checkpoint_last.pt"]
 
+
+
+def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
+    """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
+    from translate.train import bar_total
+
+    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
+    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s
+    assert bar_total(step=110, first_step=100, max_steps=1000, elapsed=5.0, remaining=1000.0) == 1000  # steps first
+    assert bar_total(step=0, first_step=0, max_steps=1000, elapsed=0.0, remaining=50.0) == 1000  # no rate yet
+    assert bar_total(step=30, first_step=0, max_steps=1000, elapsed=10.0, remaining=-1.0) == 30  # time is up

@@ -127,6 +127,7 @@ class Trainer:
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
         self.last_norm = self.last_lr = 0.0  # of the last update counted
         self.started = self.window_start = self.last_saved = time.monotonic()
+        self.first_step = self.step  # where this run's loop began
         self.deadline = math.inf  # of train.max_minutes
         self.saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
         self.writer = self.progress = self.stop_signal = None  # main process: TensorBoard, tqdm; signal handlers
@@ -185,6 +186,7 @@ class Trainer:
         self._prepare_loop()
         self.model.train()
         self.started = self.window_start = self.last_saved = time.monotonic()
+        self.first_step = self.step
         minutes = self.cfg.train.max_minutes
         self.deadline = self.started + 60 * minutes if minutes else math.inf
         # The writer, the progress bar and the signal handlers are undone however the loop ends.
@@ -250,6 +252,8 @@ class Trainer:
         self.window.add(stats)
         self.totals.add(stats)
         if self.progress is not None:
+            self.progress.total = bar_total(self.step, self.first_step, self.cfg.train.max_steps,
+                                            time.monotonic() - self.started, self.deadline - time.monotonic())
             self.progress.update(1)
 
     def _drop(self) -> None:
@@ -403,6 +407,16 @@ class Trainer:
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(str(self.run_dir / "tensorboard"))
+
+
+def bar_total(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
+    """The progress bar's end: train.max_steps, or, where train.max_minutes comes first, the
+    update the run will reach by then at its rate so far (step: updates now; first_step: when
+    this run began; elapsed and remaining: seconds since then and up to the time limit)."""
+    done = step - first_step
+    if done < 1 or elapsed <= 0 or remaining == math.inf:
+        return max_steps
+    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))
 
 
 def _progress(total: int, initial: int):
