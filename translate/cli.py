@@ -39,6 +39,7 @@ VERBS: Dict[str, tuple] = {
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
     "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
+    "table": ("translate.table:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
     "export": ("translate.export:export", "write the model for CTranslate2 (export.output=DIR)"),
 }
 

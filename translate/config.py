@@ -63,6 +63,11 @@ class BleuFormat(Choice):
     json = "json"
 
 
+class TableFormat(Choice):
+    markdown = "markdown"
+    json = "json"
+
+
 class ExportFormat(Choice):
     ctranslate2 = "ctranslate2"  # a CTranslate2 model folder
     transformers = "transformers"  # a Hugging Face transformers folder (MarianMTModel, MarianTokenizer, model card)
@@ -260,6 +265,14 @@ class ExportConfig:
 
 
 @dataclass
+class TableConfig:
+    """Runs side by side (`translate table`), as the paper's Table 3."""
+
+    runs: List[str] = field(default_factory=list)  # run_dirs; a multirun's folder stands for its jobs
+    format: TableFormat = TableFormat.markdown  # markdown, or json (one list of rows)
+
+
+@dataclass
 class TranslateConfig:
     """The whole tree, shared by every verb so that they agree on run_dir."""
 
@@ -273,3 +286,4 @@ class TranslateConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    table: TableConfig = field(default_factory=TableConfig)

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
@@ -338,7 +338,7 @@ class Trainer:
                   "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
                   "vocabulary": {"size": report["vocab_size"], "given": data.spm_model,
                                  "specials": self.data.vocabulary.specials.as_dict()}},
-            model={"parameters": self.model.num_parameters(), **asdict(self.model_cfg)},
+            model={"parameters": self.model.num_parameters(), **to_plain(self.model_cfg)},
             training={"updates": self.step, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
                       "model_flops": self.previous["model_flops"] + this_run, "skipped_updates": self.skipped,
                       "device": str(self.context.device), "processes": self.context.world_size,
