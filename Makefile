@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,transformers]'
 	touch $@
 
+# Two workers (pytest-xdist), one per core: most tests wait on a subprocess starting up. A file's
+# tests stay on one worker, so that its module fixtures are built once.
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile
 
 test-slow: install
 	$(PYTHON) -m pytest -q -m slow

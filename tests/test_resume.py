@@ -43,49 +43,6 @@ t.train_step = killing
 """
 
 
-def test_sigkill_and_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path):
-    need(MULTI30K)
-    straight = train(tmp_path, "straight", "train.max_steps=14")
-    assert straight.returncode == 0, straight.stderr
-    killed = train(tmp_path, "resumed", "train.max_steps=14", env=hook_env(tmp_path, KILL_ON_CALL.format(call=8)))
-    assert killed.returncode == -signal.SIGKILL
-    assert checkpoint.load(tmp_path / "resumed" / "checkpoint_last.pt")["step"] == 5
-    resumed = train(tmp_path, "resumed", "train.max_steps=14")
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from" in resumed.stderr
-    a = checkpoint.load(tmp_path / "straight" / "checkpoint_last.pt")
-    b = checkpoint.load(tmp_path / "resumed" / "checkpoint_last.pt")
-    assert a["step"] == b["step"] == 14
-    for name in a["model"]:
-        assert torch.equal(a["model"][name], b["model"][name]), name  # dropout and data order restored too
-    assert a["optimizer"]["state"][0]["exp_avg"].equal(b["optimizer"]["state"][0]["exp_avg"])
-
-
-def test_a_checkpoint_written_before_the_schedule_class_resumes_exactly(tmp_path):
-    """Such checkpoints hold a LambdaLR's state (whose last_epoch counted the applied updates):
-    resumed, they end bit for bit where an uninterrupted run does."""
-    need(MULTI30K)
-    from translate.schedule import InverseSquareRootSchedule
-
-    assert train(tmp_path, "straight", "train.max_steps=9").returncode == 0
-    assert train(tmp_path, "old", "train.max_steps=5").returncode == 0
-    path = tmp_path / "old" / "checkpoint_last.pt"
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    schedule = InverseSquareRootSchedule(32, 20)
-    optimizer = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0)
-    lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: schedule.rate_at(done + 1))
-    for _ in range(payload["step"]):
-        optimizer.step()
-        lambda_lr.step()
-    payload["scheduler"] = lambda_lr.state_dict()
-    torch.save(payload, path)
-    resumed = train(tmp_path, "old", "train.max_steps=9")
-    assert resumed.returncode == 0, resumed.stderr
-    a, b = (checkpoint.load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "old"))
-    assert a["step"] == b["step"] == 9
-    assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])
-
-
 def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     need(MULTI30K)
     hook = """
@@ -279,20 +236,51 @@ t.train_step = interrupting
 """
 
 
-def test_ctrl_c_stops_at_the_next_update_and_resumes_exactly(tmp_path):
-    """Ctrl-C finishes the update under way, saves, exits 130; the resume ends bit for bit where
-    an uninterrupted run does. A second Ctrl-C exits at once, without saving."""
+def as_written_before_the_schedule_class(path) -> None:
+    """Rewrite a checkpoint's schedule state as the LambdaLR that older checkpoints hold (its
+    last_epoch counted the applied updates)."""
+    from translate.schedule import InverseSquareRootSchedule
+
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    schedule = InverseSquareRootSchedule(32, 20)
+    optimizer = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: schedule.rate_at(done + 1))
+    for _ in range(payload["step"]):
+        optimizer.step()
+        lambda_lr.step()
+    payload["scheduler"] = lambda_lr.state_dict()
+    torch.save(payload, path)
+
+
+def test_killed_and_interrupted_runs_resume_bit_for_bit(tmp_path):
+    """SIGKILL in update 8 (the checkpoint of update 5 rewritten as checkpoints written before
+    the schedule class were) and Ctrl-C in update 8 (which finishes the update, saves and exits
+    130): each resumed run ends bit for bit where an uninterrupted one does, dropout and data
+    order included."""
     need(MULTI30K)
-    straight = train(tmp_path, "straight", "train.max_steps=11")
+    straight = train(tmp_path, "straight", "train.max_steps=12")
     assert straight.returncode == 0, straight.stderr
-    stopped = train(tmp_path, "stopped", "train.max_steps=11", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=1)))
+    killed = train(tmp_path, "killed", "train.max_steps=12", env=hook_env(tmp_path, KILL_ON_CALL.format(call=8)))
+    assert killed.returncode == -signal.SIGKILL
+    assert checkpoint.load(tmp_path / "killed" / "checkpoint_last.pt")["step"] == 5
+    as_written_before_the_schedule_class(tmp_path / "killed" / "checkpoint_last.pt")
+    stopped = train(tmp_path, "stopped", "train.max_steps=12", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=1)))
     assert stopped.returncode == 130, stopped.stderr
     assert "stopped by SIGINT at update 8: saved" in stopped.stderr
     assert checkpoint.load(tmp_path / "stopped" / "checkpoint_last.pt")["step"] == 8
-    resumed = train(tmp_path, "stopped", "train.max_steps=11")
-    assert resumed.returncode == 0, resumed.stderr
-    a, b = (checkpoint.load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "stopped"))
-    assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])
+    a = checkpoint.load(tmp_path / "straight" / "checkpoint_last.pt")
+    for run in ("killed", "stopped"):
+        resumed = train(tmp_path, run, "train.max_steps=12")
+        assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr
+        b = checkpoint.load(tmp_path / run / "checkpoint_last.pt")
+        assert a["step"] == b["step"] == 12
+        for name in a["model"]:
+            assert torch.equal(a["model"][name], b["model"][name]), (run, name)
+        assert a["optimizer"]["state"][0]["exp_avg"].equal(b["optimizer"]["state"][0]["exp_avg"]), run
+
+
+def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
+    need(MULTI30K)
     twice = train(tmp_path, "twice", "train.max_steps=11", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=2)))
     assert twice.returncode == 130 and "translate train: interrupted" in twice.stderr
     assert checkpoint.load(tmp_path / "twice" / "checkpoint_last.pt")["step"] == 5  # the last periodic save
