@@ -74,19 +74,21 @@ def copy_attention(ours, reference: nn.MultiheadAttention) -> None:
         reference.out_proj.bias.copy_(ours.out_proj.bias)
 
 
-def reference_layer(cls, **kwargs):
-    return cls(D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True, norm_first=False, **kwargs)
+def reference_layer(cls, norm: Norm = Norm.post):
+    return cls(D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm == Norm.pre)
 
 
 # --- layers against torch.nn ------------------------------------------------------------
 
 
-def test_encoder_layer_matches_torch():
-    """EncoderLayer == nn.TransformerEncoderLayer (post-norm, ReLU) with a source padding mask."""
+@pytest.mark.parametrize("norm", [Norm.post, Norm.pre])
+def test_encoder_layer_matches_torch(norm):
+    """EncoderLayer == nn.TransformerEncoderLayer (ReLU; pre-norm: norm_first=True) with a
+    source padding mask."""
     torch.manual_seed(0)
-    ours = EncoderLayer(tiny_config())
+    ours = EncoderLayer(ModelConfig(**{**tiny_config().__dict__, "norm": norm}))
     perturb(ours)
-    reference = reference_layer(nn.TransformerEncoderLayer)
+    reference = reference_layer(nn.TransformerEncoderLayer, norm)
     copy_attention(ours.self_attn, reference.self_attn)
     copy_feed_forward_and_norms(ours, reference, 2)
     ours.eval()
@@ -103,12 +105,14 @@ def test_encoder_layer_matches_torch():
     torch.testing.assert_close(got[real], want[real], atol=ATOL, rtol=0)
 
 
-def test_decoder_layer_matches_torch():
-    """DecoderLayer == nn.TransformerDecoderLayer with a causal mask and memory padding."""
+@pytest.mark.parametrize("norm", [Norm.post, Norm.pre])
+def test_decoder_layer_matches_torch(norm):
+    """DecoderLayer == nn.TransformerDecoderLayer (pre-norm: norm_first=True) with a causal
+    mask and memory padding."""
     torch.manual_seed(1)
-    ours = DecoderLayer(tiny_config())
+    ours = DecoderLayer(ModelConfig(**{**tiny_config().__dict__, "norm": norm}))
     perturb(ours)
-    reference = reference_layer(nn.TransformerDecoderLayer)
+    reference = reference_layer(nn.TransformerDecoderLayer, norm)
     copy_attention(ours.self_attn, reference.self_attn)
     copy_attention(ours.src_attn, reference.multihead_attn)
     copy_feed_forward_and_norms(ours, reference, 3)
@@ -413,41 +417,6 @@ def test_parameter_counts_of_table_3_rows(row):
 
 def pre_norm_config(**overrides) -> ModelConfig:
     return ModelConfig(**{**tiny_config().__dict__, "norm": Norm.pre, **overrides})
-
-
-def test_pre_norm_encoder_layer_matches_torch():
-    """Pre-norm EncoderLayer == nn.TransformerEncoderLayer(norm_first=True)."""
-    torch.manual_seed(7)
-    ours = EncoderLayer(pre_norm_config())
-    perturb(ours)
-    reference = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=True)
-    copy_attention(ours.self_attn, reference.self_attn)
-    copy_feed_forward_and_norms(ours, reference, 2)
-    x = torch.randn(3, 7, D)
-    padding = torch.arange(7)[None, :] >= torch.tensor([7, 4, 1])[:, None]
-    with torch.no_grad():
-        got = ours.eval()(x, (~padding)[:, None, None, :])
-        want = reference.eval()(x, src_key_padding_mask=padding)
-    torch.testing.assert_close(got[~padding], want[~padding], atol=ATOL, rtol=0)
-
-
-def test_pre_norm_decoder_layer_matches_torch():
-    """Pre-norm DecoderLayer == nn.TransformerDecoderLayer(norm_first=True)."""
-    torch.manual_seed(8)
-    ours = DecoderLayer(pre_norm_config())
-    perturb(ours)
-    reference = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=True)
-    copy_attention(ours.self_attn, reference.self_attn)
-    copy_attention(ours.src_attn, reference.multihead_attn)
-    copy_feed_forward_and_norms(ours, reference, 3)
-    S, T = 6, 5
-    x, memory = torch.randn(3, T, D), torch.randn(3, S, D)
-    padding = torch.arange(S)[None, :] >= torch.tensor([6, 3, 1])[:, None]
-    causal = nn.Transformer.generate_square_subsequent_mask(T)
-    with torch.no_grad():
-        got = ours.eval()(x, memory, (~padding)[:, None, None, :])
-        want = reference.eval()(x, memory, tgt_mask=causal, memory_key_padding_mask=padding, tgt_is_causal=True)
-    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("overrides", [

@@ -154,9 +154,8 @@ def test_validation_keeps_the_best_and_stops_early(tmp_path):
     assert checkpoint.load(tmp_path / "frozen" / "checkpoint_last.pt")["valid"]["since_best"] == 2
 
 
-def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
-    """Under torchrun, SIGTERM to one worker: both stop at the same update, rank 0 saves the
-    random state and data position of both, and a rerun resumes."""
+def torchrun_training(tmp_path) -> subprocess.Popen:
+    """Two processes under torchrun training in tmp_path/run, once checkpoint_5.pt is written."""
     need(MULTI30K)
     from tests.conftest import TORCHRUN, free_port
 
@@ -166,6 +165,13 @@ def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
     deadline = time.monotonic() + 300
     while not (tmp_path / "run" / "checkpoint_5.pt").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    return agent
+
+
+def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
+    """Under torchrun, SIGTERM to one worker: both stop at the same update, rank 0 saves the
+    random state and data position of both, and a rerun resumes."""
+    agent = torchrun_training(tmp_path)
     workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
     assert len(workers) == 2
     os.kill(int(sorted(workers, key=int)[-1]), signal.SIGTERM)  # one worker only
@@ -290,15 +296,7 @@ def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
 def test_ctrl_c_under_torchrun_saves_once_for_all_ranks(tmp_path):
     """torchrun passes Ctrl-C on to each worker: they stop at the same update, rank 0 saves both
     processes' states, nothing hangs."""
-    need(MULTI30K)
-    from tests.conftest import TORCHRUN, free_port
-
-    overrides = BASE + ["train.max_steps=100000", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
-    agent = subprocess.Popen([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train",
-                              *overrides], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (tmp_path / "run" / "checkpoint_5.pt").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    agent = torchrun_training(tmp_path)
     agent.send_signal(signal.SIGINT)
     _, stderr = agent.communicate(timeout=120)
     assert agent.returncode != 0
