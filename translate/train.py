@@ -27,6 +27,7 @@ from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.errors import Interrupted, TranslateError
 from translate.flops import Accounting
+from translate.host_memory import keep_freed_memory
 from translate.loss import LabelSmoothedObjective
 from translate.model import Transformer
 from translate.optim import build_optimizer
@@ -91,6 +92,8 @@ class Trainer:
         self.cfg, self.context = cfg, context
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
+        if context.device.type == "cpu":
+            keep_freed_memory()  # each update's large blocks reused, not faulted in afresh
         if not context.is_main:
             package_log.setLevel(logging.WARNING)
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every process
