@@ -5,29 +5,36 @@ On the same checkpoint and the same real test sentences (default: the Multi30k t
   - ours: batched beam search on the cached incremental step (in-process),
   - plain: the same search, but every step recomputes the decoder over the whole prefix,
   - ctranslate2: the exported model in CTranslate2 (same threads, in-process),
-  - cli: a whole `translate decode` process, start-up included.
-Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal quality.
+  - cli: a whole `translate decode` process, start-up included,
+  - fairseq: a whole fairseq-generate process (../shared/anchors/fairseq/run.sh decode, beam 4,
+    length penalty 0.6) on its own model trained by `run.sh train 17`; skipped, with a line
+    saying so, where the anchor or its checkpoint is missing. Its model is not ours, so
+    outputs differ in length: compare target tokens/s (output pieces + EOS per sentence).
+Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal
+quality. Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
 
     make demo    # trains runs/tiny-multi30k_en_de/checkpoint_last.pt first
-    .venv/bin/python scripts/bench_decode.py --limit 500
+    .venv/bin/python scripts/bench_decode.py --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
 sys.path.insert(0, str(ROOT))
 
 from translate.data.loading import load_corpus  # noqa: E402
@@ -101,6 +108,46 @@ def report(name, hypotheses, references, seconds, tokenizer=None, **extra) -> di
     return record
 
 
+def fairseq_generate(threads: int) -> Optional[dict]:
+    """run.sh decode: fairseq-generate's whole process on the anchor's trained tiny model, with
+    its target tokens (output pieces + EOS) counted from its hypothesis lines; None where the
+    anchor or its checkpoint is missing."""
+    built = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
+    if not (built / "runs" / "long" / "checkpoint_last.pt").exists():
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    result = subprocess.run(["bash", str(ANCHOR / "run.sh"), "decode"], capture_output=True, text=True, env=env, check=True)
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    hypotheses = [line.split("\t")[2] for line in (built / "runs" / "gen.out").read_text(encoding="utf-8").splitlines()
+                  if line.startswith("H-")]
+    tokens = sum(len(h.split()) + 1 for h in hypotheses)
+    seconds = record["seconds_whole_process"]
+    record = dict(measurement="decode_fairseq_generate_process", sentences=record["sentences"], seconds=seconds,
+                  sentences_per_s=round(record["sentences"] / seconds, 1), target_tokens_per_s=round(tokens / seconds, 1),
+                  bleu=record["sacrebleu"], threads=threads)
+    emit(**record)
+    return record
+
+
+def cli_process(args, sources: List[str], references: List[str], encode) -> dict:
+    """A whole `translate decode` process on the sentences, start-up included."""
+    with tempfile.TemporaryDirectory() as folder:
+        src = Path(folder) / "input.txt"
+        src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
+                        f"decode.checkpoint={args.checkpoint}", f"decode.input={src}", f"decode.output={folder}/out.txt",
+                        f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
+                       env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+        seconds = time.perf_counter() - started
+        hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
+        return report("cli_process", hypotheses, references, seconds, tokenizer=encode)
+
+
+def ratio(ours: dict, theirs: Optional[dict], key: str) -> Optional[float]:
+    return round(ours[key] / theirs[key], 2) if theirs else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", default=str(ROOT / "runs/tiny-multi30k_en_de/checkpoint_last.pt"))
@@ -111,7 +158,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     parser.add_argument("--plain-limit", type=int, default=200, help="sentences for the slow plain decoder")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "cli"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "cli", "fairseq"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
@@ -125,9 +173,6 @@ def main() -> None:
     d = cfg.decode
     options = dict(beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
                    max_len_b=d.max_len_b, tokens_per_batch=d.tokens_per_batch)
-    ours = measure("ours", lambda s: translator.translate(s, **options), sources, references,
-                   tokenizer=encode, beam_size=d.beam_size)
-
     if "plain" not in args.skip:
         n = min(args.plain_limit, len(sources))
         plain = Translator(PlainModel(translator.model), translator.vocabulary)  # same search, no cache
@@ -137,32 +182,34 @@ def main() -> None:
              ratio=round(subset_ours["sentences_per_s"] / subset_plain["sentences_per_s"], 2),
              same_bleu=subset_ours["bleu"] == subset_plain["bleu"],
              output_tokens_per_sentence=round(subset_ours["target_tokens_per_s"] / subset_ours["sentences_per_s"], 1))
+    if "fairseq" not in args.skip and not (Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")) / "runs" / "long" / "checkpoint_last.pt").exists():
+        emit(measurement="decode_fairseq_generate_process", skipped="no anchor checkpoint: bash ../shared/anchors/fairseq/setup.sh; "
+             "bash ../shared/anchors/fairseq/run.sh train 17")
+        args.skip.append("fairseq")
 
-    if "ctranslate2" not in args.skip:
-        from translate.export import ctranslate2_translate, export
-
-        with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder:
+        if "ctranslate2" not in args.skip:
+            from translate.export import ctranslate2_translate, export
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
-            ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads, length_penalty=d.length_penalty),
-                          sources, references, tokenizer=encode, beam_size=d.beam_size)
-            # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
-            one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(f"{folder}/ct2", s, d.beam_size, d.length_penalty, args.threads),
-                               sources, references, tokenizer=encode, beam_size=d.beam_size)
-        best = max(ct2["sentences_per_s"], one_call["sentences_per_s"])
-        emit(measurement="decode_ours_over_ctranslate2", ratio=round(ours["sentences_per_s"] / best, 2))
-
-    if "cli" not in args.skip:
-        with tempfile.TemporaryDirectory() as folder:
-            src = Path(folder) / "input.txt"
-            src.write_text("\n".join(sources) + "\n", encoding="utf-8")
-            started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
-                            f"decode.checkpoint={args.checkpoint}", f"decode.input={src}",
-                            f"decode.output={folder}/out.txt", f"run_dir={folder}/run"], check=True, cwd=ROOT,
-                           capture_output=True)
-            seconds = time.perf_counter() - started
-            hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
-            report("cli_process", hypotheses, references, seconds, tokenizer=encode)
+        for round_ in range(1, args.rounds + 1):
+            ours = measure("ours", lambda s: translator.translate(s, **options), sources, references,
+                           tokenizer=encode, beam_size=d.beam_size, round=round_)
+            if "ctranslate2" not in args.skip:
+                ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads, length_penalty=d.length_penalty),
+                              sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+                # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
+                one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(f"{folder}/ct2", s, d.beam_size, d.length_penalty, args.threads),
+                                   sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+                best = max((ct2, one_call), key=lambda r: r["sentences_per_s"])
+                emit(measurement="decode_ours_over_ctranslate2", round=round_, ratio=ratio(ours, best, "sentences_per_s"),
+                     target_tokens_ratio=ratio(ours, best, "target_tokens_per_s"))
+            if "cli" not in args.skip:
+                process = cli_process(args, sources, references, encode)
+                if "fairseq" not in args.skip:
+                    theirs = fairseq_generate(args.threads)
+                    emit(measurement="decode_process_over_fairseq_generate", round=round_,
+                         target_tokens_ratio=ratio(process, theirs, "target_tokens_per_s"),
+                         sentences_ratio=ratio(process, theirs, "sentences_per_s"))
 
 
 if __name__ == "__main__":
