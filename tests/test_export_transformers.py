@@ -82,6 +82,7 @@ def test_folder_holds_config_weights_tokenizer_and_generation_defaults(foreign_e
     generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
     assert generation["num_beams"] == 4 and generation["max_length"] <= config["max_position_embeddings"]
     assert sorted(generation["suppress_tokens"]) == sorted([specials["pad"], specials["bos"], specials["unk"]])
+    assert generation["forced_eos_token_id"] == specials["eos"] and config.get("forced_eos_token_id") is None
 
 
 def test_teacher_forced_log_probs_equal_ours_on_a_foreign_layout(foreign_export, one_thread):

@@ -90,7 +90,7 @@ def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig
         max_position_embeddings=max(INPUT_TOKENS, output_limit(decode) + 1),
         pad_token_id=specials.pad, eos_token_id=specials.eos, bos_token_id=specials.bos,
         decoder_start_token_id=specials.bos,  # ours starts from BOS, Marian's default from pad
-        forced_eos_token_id=specials.eos,  # at the length limit EOS is forced, as in our search
+        forced_eos_token_id=None,  # set in generation_config: save_pretrained (4.57) would move it there, warning
     )
 
 
@@ -103,7 +103,7 @@ def generation_config(vocabulary: Vocabulary, decode: DecodeConfig):
     return GenerationConfig(
         num_beams=decode.beam_size, length_penalty=decode.length_penalty, max_length=output_limit(decode) + 1,
         early_stopping=True, decoder_start_token_id=specials.bos, bos_token_id=specials.bos, eos_token_id=specials.eos,
-        pad_token_id=specials.pad, forced_eos_token_id=specials.eos,
+        pad_token_id=specials.pad, forced_eos_token_id=specials.eos,  # at the length limit EOS is forced, as in our search
         suppress_tokens=sorted(vocabulary.never_generated),  # pad, a second BOS, unk: never produced, as ours
     )
 
