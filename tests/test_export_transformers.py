@@ -54,6 +54,17 @@ def teacher_forced_difference(checkpoint: Path, folder: Path, count: int) -> Tup
     return worst, compared
 
 
+def greedy_before_cap(checkpoint: Path, count: int) -> Tuple[List[str], List[str]]:
+    """Of Multi30k's first `count` test sentences, those whose greedy output in ours ends
+    before the length cap (where transformers' cap could differ), and those outputs."""
+    translator = Translator.from_checkpoint(checkpoint)
+    sources, _ = multi30k_test(count)
+    results = translator.search(sources, beam_size=1)
+    ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.encode(sources)))
+             if len(hypotheses[0].tokens) < len(ids) + 50]
+    return [sources[i] for i in ended], translator.vocabulary.decode([results[i][0].tokens for i in ended])
+
+
 def test_folder_holds_config_weights_tokenizer_and_generation_defaults(foreign_export):
     checkpoint, folder = foreign_export
     names = {p.name for p in folder.iterdir()}
@@ -71,6 +82,7 @@ def test_folder_holds_config_weights_tokenizer_and_generation_defaults(foreign_e
     generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
     assert generation["num_beams"] == 4 and generation["max_length"] <= config["max_position_embeddings"]
     assert sorted(generation["suppress_tokens"]) == sorted([specials["pad"], specials["bos"], specials["unk"]])
+    assert generation["forced_eos_token_id"] == specials["eos"] and config.get("forced_eos_token_id") is None
 
 
 def test_teacher_forced_log_probs_equal_ours_on_a_foreign_layout(foreign_export, one_thread):
@@ -92,24 +104,25 @@ def test_greedy_translations_equal_decode(foreign_export, one_thread):
     from translate.export_transformers import transformers_translate
 
     checkpoint, folder = foreign_export
-    translator = Translator.from_checkpoint(checkpoint)
-    sources, _ = multi30k_test(1000)
-    results = translator.search(sources, beam_size=1)
-    ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.encode(sources)))
-             if len(hypotheses[0].tokens) < len(ids) + 50]
-    assert len(ended) >= 500, f"only {len(ended)} outputs end before the cap: train the model longer"
-    ours = translator.vocabulary.decode([results[i][0].tokens for i in ended])
-    theirs = transformers_translate(folder, [sources[i] for i in ended], beam_size=1)
+    sources, ours = greedy_before_cap(checkpoint, 1000)
+    assert len(sources) >= 500, f"only {len(sources)} outputs end before the cap: train the model longer"
+    theirs = transformers_translate(folder, sources, beam_size=1)
     same = sum(a == b for a, b in zip(ours, theirs))
-    assert same >= 0.99 * len(ended), f"{same}/{len(ended)} identical"
+    assert same >= 0.99 * len(sources), f"{same}/{len(sources)} identical"
 
 
-def test_pipeline_translates(foreign_export):
-    _, folder = foreign_export
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        pytest.skip("transformers 5 removed pipeline('translation'); generate() is tested above")
+def test_pipeline_translates_as_decode(foreign_export, one_thread):
+    """pipeline("translation") on the folder (transformers 4.x; 5 removed it): greedy equals
+    decode.beam_size=1, and its default, the generation config's beam 4, equals generate()'s."""
+    from translate.export_transformers import transformers_translate
+
+    checkpoint, folder = foreign_export
+    sources, ours = greedy_before_cap(checkpoint, 40)
+    assert len(sources) >= 20, f"only {len(sources)} outputs end before the cap: train the model longer"
     translate = transformers.pipeline("translation", model=str(folder))
-    assert isinstance(translate("A dog runs in the snow.")[0]["translation_text"], str)
+    assert [r["translation_text"] for r in translate(sources, num_beams=1)] == ours
+    beam = translate(sources[0])[0]["translation_text"]
+    assert beam and beam == transformers_translate(folder, sources[:1], beam_size=4)[0]
 
 
 def test_run_record_and_model_card(foreign_run, tmp_path):

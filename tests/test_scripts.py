@@ -1,5 +1,7 @@
-"""Every script in scripts/ documents itself with --help; torchrun launches the train verb."""
+"""Every script in scripts/ documents itself with --help; torchrun launches the train verb; the
+benchmarks that need only a small run run on one."""
 
+import json
 import subprocess
 import sys
 
@@ -24,3 +26,18 @@ def test_torchrun_single_process_trains(tmp_path):
     result = subprocess.run([*torchrun, "-m", "translate", "train", *overrides], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
+
+
+def test_bench_transformers_on_a_small_run(trained_run):
+    """The export timings, then ours and transformers' greedy search, one JSON line each."""
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    script = ROOT / "scripts" / "bench_transformers.py"
+    command = [sys.executable, str(script), "--limit", "20", "--rounds", "2", "--threads", "1", "--override", *trained_run]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["measurement"] for r in records] == ["import_transformers", "export_in_process", "export_cli_process"] + \
+        ["greedy_ours", "greedy_transformers"] * 2 + ["greedy_summary"]
+    assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
+    summary = records[-1]
+    assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0

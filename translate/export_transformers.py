@@ -90,7 +90,7 @@ def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig
         max_position_embeddings=max(INPUT_TOKENS, output_limit(decode) + 1),
         pad_token_id=specials.pad, eos_token_id=specials.eos, bos_token_id=specials.bos,
         decoder_start_token_id=specials.bos,  # ours starts from BOS, Marian's default from pad
-        forced_eos_token_id=specials.eos,  # at the length limit EOS is forced, as in our search
+        forced_eos_token_id=None,  # set in generation_config: save_pretrained (4.57) would move it there, warning
     )
 
 
@@ -103,7 +103,7 @@ def generation_config(vocabulary: Vocabulary, decode: DecodeConfig):
     return GenerationConfig(
         num_beams=decode.beam_size, length_penalty=decode.length_penalty, max_length=output_limit(decode) + 1,
         early_stopping=True, decoder_start_token_id=specials.bos, bos_token_id=specials.bos, eos_token_id=specials.eos,
-        pad_token_id=specials.pad, forced_eos_token_id=specials.eos,
+        pad_token_id=specials.pad, forced_eos_token_id=specials.eos,  # at the length limit EOS is forced, as in our search
         suppress_tokens=sorted(vocabulary.never_generated),  # pad, a second BOS, unk: never produced, as ours
     )
 
@@ -145,28 +145,39 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: 
     (folder / "README.md").write_text(card, encoding="utf-8")
 
 
+class TransformersTranslator:
+    """An exported folder loaded once through transformers' own AutoTokenizer and
+    AutoModelForSeq2SeqLM, translating as Translator.translate does: at most
+    max_len_a * source length + max_len_b tokens."""
+
+    def __init__(self, model_dir: Path):
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)).eval()
+
+    def translate(self, sentences: List[str], beam_size: int = 1, max_len_a: float = 1.0, max_len_b: int = 50,
+                  batch_size: int = 64) -> List[str]:
+        """generate() takes one limit per batch: each batch (sentences of similar length) gets its
+        longest sentence's, and longer outputs are cut to their own sentence's limit afterwards,
+        which for greedy search is what ours yields at its limit."""
+        tokenizer = self.tokenizer
+        encoded = tokenizer(list(sentences))["input_ids"]  # each ends with EOS
+        limits = [int(max_len_a * (len(ids) - 1) + max_len_b) for ids in encoded]  # tokens before EOS, as ours
+        order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
+        outputs: List[str] = [""] * len(sentences)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt")
+            with torch.inference_mode():
+                generated = self.model.generate(**batch, num_beams=beam_size, max_length=None,
+                                                max_new_tokens=max(limits[i] for i in chunk) + 1)  # (B, 1 + generated), decoder start first
+            for index, row in zip(chunk, generated.tolist()):
+                outputs[index] = tokenizer.decode(row[1 : 1 + limits[index]], skip_special_tokens=True)
+        return outputs
+
+
 def transformers_translate(model_dir: Path, sentences: List[str], beam_size: int = 1, max_len_a: float = 1.0,
                            max_len_b: int = 50, batch_size: int = 64) -> List[str]:
-    """Translate with an exported model through transformers' own loading and generate(),
-    limited as Translator.translate: at most max_len_a * source length + max_len_b tokens.
-
-    generate() takes one limit per batch: each batch (sentences of similar length) gets its
-    longest sentence's, and longer outputs are cut to their own sentence's limit afterwards,
-    which for greedy search is what ours yields at its limit."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)).eval()
-    encoded = tokenizer(list(sentences))["input_ids"]  # each ends with EOS
-    limits = [int(max_len_a * (len(ids) - 1) + max_len_b) for ids in encoded]  # tokens before EOS, as ours
-    order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
-    outputs: List[str] = [""] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt")
-        with torch.inference_mode():
-            generated = model.generate(**batch, num_beams=beam_size, max_new_tokens=max(limits[i] for i in chunk) + 1,
-                                       max_length=None)  # (B, 1 + generated), decoder start first
-        for index, row in zip(chunk, generated.tolist()):
-            outputs[index] = tokenizer.decode(row[1 : 1 + limits[index]], skip_special_tokens=True)
-    return outputs
+    """Load an exported folder and translate (TransformersTranslator.translate)."""
+    return TransformersTranslator(model_dir).translate(sentences, beam_size, max_len_a, max_len_b, batch_size)
