@@ -457,3 +457,26 @@ def test_learned_positions_are_refused_past_their_table():
     model = Transformer(ModelConfig(**{**tiny_config().__dict__, "positions": Positions.learned, "max_positions": 5}))
     with pytest.raises(ValueError, match="past the learned table's 5 rows"):
         model.embed(torch.ones(1, 6, dtype=torch.long))
+
+
+def test_dropout_rate_scale_and_gradient():
+    """The CPU dropout drops a share p of elements (here within 5 standard deviations of a
+    million draws), scales the rest by 1 / (1 - p), passes gradients through the same mask,
+    repeats under the same seed, and is the identity in eval mode and at p = 0."""
+    from translate.model import Dropout
+
+    p, n = 0.1, 1_000_000
+    x = (torch.rand(n) + 0.5).requires_grad_()  # no zeros: a zero output means dropped
+    dropout = Dropout(p)
+    torch.manual_seed(3)
+    out = dropout(x)
+    dropped = out == 0
+    assert abs(dropped.float().mean().item() - p) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(out[~dropped], x[~dropped] / (1 - p))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (~dropped).float() / (1 - p))
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x), out)
+    assert torch.equal(dropout.eval()(x), x)
+    assert torch.equal(Dropout(0.0)(x), x)
+    assert dropout.train()(x.detach().bfloat16()).dtype == torch.bfloat16

@@ -21,6 +21,7 @@ from translate.data.batching import pad
 from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
+from translate.host_memory import keep_freed_memory
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 
@@ -36,6 +37,7 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: Path) -> "Translator":
+        keep_freed_memory()  # each step's (hypotheses, V) log-probs reused, not faulted in afresh
         payload = checkpoint.load(path)
         model_cfg = checkpoint.model_config(payload)
         vocabulary = checkpoint.vocabulary(payload)

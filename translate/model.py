@@ -58,6 +58,19 @@ class LearnedPositions(nn.Module):
         return self.table.weight[offset : offset + length]
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout whose CPU masks come from 31-bit random integers (torch.s random_), about twice as
+    faster than its Bernoulli sampler there, which took an eighth of a CPU update. An element is
+    dropped where its integer falls below round(p * 2^31): the rate is p within 2^-32, and the
+    kept ones are scaled by 1 / (1 - p), as nn.Dropout does. Other devices keep nn.Dropout's kernel."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0 or x.device.type != "cpu":
+            return super().forward(x)
+        keep = torch.empty(x.shape, dtype=torch.int32).random_() >= round(self.p * 2**31)  # (...) bool; random_: [0, 2^31)
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))  # the scaled mask: what backward multiplies by
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (section 3.2.2), on torch's fused kernel.
 
@@ -163,7 +176,7 @@ class SublayerConnection(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm: Norm = Norm.post):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = norm == Norm.pre
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
@@ -262,7 +275,7 @@ class Transformer(nn.Module):
             self.positional_encoding: nn.Module = LearnedPositions(cfg.d_model, cfg.max_positions)
         else:
             self.positional_encoding = PositionalEncoding(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.layers)])
         self.decoder_layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.layers)])
         if cfg.norm == Norm.pre:  # pre-norm's stacks end in a LayerNorm of their own
