@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -108,19 +109,30 @@ def report(name, hypotheses, references, seconds, tokenizer=None, **extra) -> di
     return record
 
 
+def anchor_record(line: str) -> dict:
+    """run.sh decode's JSON line. Its seconds may come unevaluated, as
+    `round(END-START, 1)` (a quoting slip in run.sh): then they are worked out here."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        end, start = (float(x) for x in re.search(r"round\(([\d.]+)-([\d.]+), 1\)", line).groups())
+        fixed = re.sub(r"round\([\d.]+-[\d.]+, 1\)", str(round(end - start, 1)), line)
+        return json.loads(fixed)
+
+
 def fairseq_generate(threads: int) -> Optional[dict]:
     """run.sh decode: fairseq-generate's whole process on the anchor's trained tiny model, with
-    its target tokens (output pieces + EOS) counted from its hypothesis lines; None where the
+    its target tokens (output pieces + EOS) counted from its per-token score lines; None where the
     anchor or its checkpoint is missing."""
     built = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
     if not (built / "runs" / "long" / "checkpoint_last.pt").exists():
         return None
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     result = subprocess.run(["bash", str(ANCHOR / "run.sh"), "decode"], capture_output=True, text=True, env=env, check=True)
-    record = json.loads(result.stdout.strip().splitlines()[-1])
-    hypotheses = [line.split("\t")[2] for line in (built / "runs" / "gen.out").read_text(encoding="utf-8").splitlines()
-                  if line.startswith("H-")]
-    tokens = sum(len(h.split()) + 1 for h in hypotheses)
+    record = anchor_record(result.stdout.strip().splitlines()[-1])
+    # P- lines: one score per output token, EOS included (H- lines are text after --remove-bpe).
+    tokens = sum(len(line.split("\t")[1].split()) for line in (built / "runs" / "gen.out").read_text(encoding="utf-8").splitlines()
+                 if line.startswith("P-"))
     seconds = record["seconds_whole_process"]
     record = dict(measurement="decode_fairseq_generate_process", sentences=record["sentences"], seconds=seconds,
                   sentences_per_s=round(record["sentences"] / seconds, 1), target_tokens_per_s=round(tokens / seconds, 1),

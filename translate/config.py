@@ -173,7 +173,7 @@ class TrainConfig:
     log_every: int = 10  # updates between TensorBoard/log lines
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
     precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
-    compile: bool = False  # torch.compile the model (worth it for long GPU runs)
+    compile: bool = False  # torch.compile the model (worth it for long GPU runs; on a 2-core CPU tiny trained 0.76x eager after 38 s of compiling)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
     max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
 
