@@ -4,8 +4,8 @@ glibc's malloc serves every block over 32 MB (a batch's logits over the vocabula
 vocabulary x 4 bytes, 115 MB for a 4k-token batch over 8k pieces) with its own mmap, and unmaps
 it on free; the next update's block then costs one page fault per 4 KB page, which the kernel
 also zeroes. With mmap off and trimming off, freed blocks stay in the heap and the next update
-reuses them: on a 2-core CPU the tiny model trains about a quarter faster
-(scripts/bench_fairseq.py). The price: the process keeps its peak heap until it exits.
+reuses them (scripts/bench_fairseq.py measures the training loop with it). The price: the
+process keeps its peak heap until it exits.
 """
 
 from __future__ import annotations
