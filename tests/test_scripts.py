@@ -41,3 +41,15 @@ def test_bench_transformers_on_a_small_run(trained_run):
     assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
     summary = records[-1]
     assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0
+
+
+def test_bench_decode_reads_the_anchors_decode_line():
+    """run.sh decode's line is JSON, or carries its seconds unevaluated as round(END-START, 1)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "scripts" / "bench_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plain = '{"measurement": "fairseq_generate", "sentences": 1000, "seconds_whole_process": 20.1, "sacrebleu": 27.47}'
+    slipped = plain.replace("20.1", "round(1796050481.362273892-1796050461.311694219, 1)")
+    assert bench.anchor_record(plain) == bench.anchor_record(slipped) == json.loads(plain)

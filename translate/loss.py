@@ -21,12 +21,18 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, label_smoothing: float) -
     return SmoothedCrossEntropy.apply(logits, target, label_smoothing)
 
 
-def _plain(logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor]:
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+def _terms(logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """log-probabilities (N, V) in fp32, the summed smoothed loss and the summed NLL."""
+    log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (N, V)
     nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
     smooth = -log_probs.mean(dim=-1)  # (N,) cross-entropy against the uniform distribution
     loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
-    return loss.sum(), nll.sum().detach()
+    return log_probs, loss.sum(), nll.sum()
+
+
+def _plain(logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor]:
+    _, loss, nll = _terms(logits, target, label_smoothing)
+    return loss, nll.detach()
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -38,11 +44,7 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor]:
-        log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (N, V)
-        nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
-        smooth = -log_probs.mean(dim=-1)  # (N,)
-        loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).sum()
-        nll_sum = nll.sum()
+        log_probs, loss, nll_sum = _terms(logits, target, label_smoothing)
         ctx.log_probs, ctx.target, ctx.label_smoothing, ctx.dtype = log_probs, target, label_smoothing, logits.dtype
         ctx.mark_non_differentiable(nll_sum)
         return loss, nll_sum

@@ -59,8 +59,8 @@ class LearnedPositions(nn.Module):
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout whose CPU masks come from 31-bit random integers (torch.s random_), about twice as
-    faster than its Bernoulli sampler there, which took an eighth of a CPU update. An element is
+    """nn.Dropout whose CPU masks come from 31-bit random integers (torch's random_), about twice
+    as fast as its Bernoulli sampler there, which took an eighth of a CPU update. An element is
     dropped where its integer falls below round(p * 2^31): the rate is p within 2^-32, and the
     kept ones are scaled by 1 / (1 - p), as nn.Dropout does. Other devices keep nn.Dropout's kernel."""
 
