@@ -45,15 +45,20 @@ def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
     return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
 
 
+def train_overrides(model: str, updates: int, threads: int, run_dir: Path) -> list:
+    """`translate train`'s arguments for run.sh's settings: its model sizes and dropout, Multi30k
+    and 4,096-token batches (config=tiny), warmup 4000, no checkpoints or validation."""
+    return ["config=tiny", f"model={model}", "model.dropout=0.1", f"train.max_steps={updates}",
+            f"train.log_every={SKIPPED}", f"train.threads={threads}", "checkpoint.every_steps=0",
+            "checkpoint.every_minutes=null", "valid.every_steps=0", "optim.warmup_steps=4000", f"run_dir={run_dir}"]
+
+
 def ours(model: str, updates: int, threads: int, folder: Path) -> float:
     """`translate train`'s target tokens/s over its log windows after the first SKIPPED updates
     (each window's wall time covers the whole loop: data, step, logging)."""
     run_dir = folder / f"ours-{model}"
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    command = [sys.executable, "-m", "translate", "train", "config=tiny", f"model={model}", "model.dropout=0.1",
-               f"train.max_steps={updates}", f"train.log_every={SKIPPED}", f"train.threads={threads}",
-               "checkpoint.every_steps=0", "checkpoint.every_minutes=null", "valid.every_steps=0",
-               "optim.warmup_steps=4000", f"run_dir={run_dir}"]
+    command = [sys.executable, "-m", "translate", "train", *train_overrides(model, updates, threads, run_dir)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     windows = [(int(n), float(rate)) for n, rate in re.findall(r"update (\d+): loss .*? (\d+) tgt tok/s", result.stderr)]
     rates = [rate for n, rate in windows if n > SKIPPED]

@@ -53,3 +53,25 @@ def test_bench_decode_reads_the_anchors_decode_line():
     plain = '{"measurement": "fairseq_generate", "sentences": 1000, "seconds_whole_process": 20.1, "sacrebleu": 27.47}'
     slipped = plain.replace("20.1", "round(1796050481.362273892-1796050461.311694219, 1)")
     assert bench.anchor_record(plain) == bench.anchor_record(slipped) == json.loads(plain)
+
+
+def test_profile_window_holds_the_updates_it_names(tmp_path, monkeypatch):
+    """profile_train.wrap profiles from the start of update `first` to the start of update
+    last + 1: exactly those updates' operators and target tokens."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import profile_train
+
+    class Loop:
+        def update(self, n: int) -> None:
+            torch.ones(n).sum()
+
+    out = tmp_path / "profile.json"
+    profile_train.wrap(Loop, "update", 2, 3, str(out), lambda loop, n: n)
+    for n in range(1, 6):
+        Loop().update(n)
+    profile = json.loads(out.read_text())
+    assert profile["updates"] == 2 and profile["target_tokens"] == 2 + 3 and profile["seconds"] > 0
+    calls = {op["op"]: op["calls"] for op in profile["ops"]}
+    assert calls["aten::sum"] == 2
