@@ -202,6 +202,27 @@ def test_reorder_then_step_equals_step_on_reordered_source():
             )
 
 
+def test_reorders_between_steps_compose():
+    """Reorders that follow one another with no step between (the self-attention cache moves
+    its rows at the next step) keep the rows of their composition."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(6)
+    src = random_tokens([5, 3, 4], 5, g)
+    tgt = random_tokens([5, 5, 5], 5, g)
+    first, second = torch.tensor([2, 0, 2, 1]), torch.tensor([3, 3, 0])
+    rows = first[second]  # (3,) the source rows the hypotheses end up extending
+    with torch.no_grad():
+        state = model.start_state(src)
+        for t in range(2):
+            model.step(tgt[:, t], state)
+        state = state.reorder(first).reorder(second)
+        fresh = model.start_state(src[rows])
+        for t in range(2):
+            model.step(tgt[rows, t], fresh)
+        for t in range(2, 5):
+            torch.testing.assert_close(model.step(tgt[rows, t], state), model.step(tgt[rows, t], fresh), atol=ATOL, rtol=0)
+
+
 # --- embeddings and positions -----------------------------------------------------------
 
 
@@ -461,17 +482,25 @@ def test_learned_positions_are_refused_past_their_table():
 
 def test_dropout_rate_scale_and_gradient():
     """The CPU dropout drops a share p of elements (here within 5 standard deviations of a
-    million draws), scales the rest by 1 / (1 - p), passes gradients through the same mask,
-    repeats under the same seed, and is the identity in eval mode and at p = 0."""
+    million draws), independently of its neighbours (four share a random integer), scales the
+    rest by 1 / (1 - p), passes gradients through the same mask, repeats under the same seed,
+    keeps odd shapes, and is the identity in eval mode and at p = 0."""
     from translate.model import Dropout
 
-    p, n = 0.1, 1_000_000
+    p, n = 0.1, 1_000_001  # not a multiple of 4
     x = (torch.rand(n) + 0.5).requires_grad_()  # no zeros: a zero output means dropped
     dropout = Dropout(p)
     torch.manual_seed(3)
     out = dropout(x)
     dropped = out == 0
     assert abs(dropped.float().mean().item() - p) < 5 * (p * (1 - p) / n) ** 0.5
+    quads = dropped[: n - 1].view(-1, 4).float()  # (n/4, 4): the four drawn from one integer
+    for i in range(3):  # neighbours dropped together as often as chance says: p^2
+        assert abs((quads[:, i] * quads[:, i + 1]).mean().item() - p * p) < 5 * (p * p / (n / 4)) ** 0.5
+    for rate in (0.3, 0.02):
+        share = (Dropout(rate)(torch.ones(n)) == 0).float().mean().item()
+        assert abs(share - rate) < 5 * (rate * (1 - rate) / n) ** 0.5
+    assert Dropout(p)(torch.ones(3, 5, 7)).shape == (3, 5, 7)
     torch.testing.assert_close(out[~dropped], x[~dropped] / (1 - p))
     out.sum().backward()
     torch.testing.assert_close(x.grad, (~dropped).float() / (1 - p))

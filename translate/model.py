@@ -59,15 +59,20 @@ class LearnedPositions(nn.Module):
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout whose CPU masks come from 31-bit random integers (torch's random_), about twice
-    as fast as its Bernoulli sampler there, which took an eighth of a CPU update. An element is
-    dropped where its integer falls below round(p * 2^31): the rate is p within 2^-32, and the
-    kept ones are scaled by 1 / (1 - p), as nn.Dropout does. Other devices keep nn.Dropout's kernel."""
+    """nn.Dropout whose CPU masks come from torch's random 63-bit integers, four 15-bit draws to
+    each: torch's generator there (mt19937) is serial, and its Bernoulli sampler, one draw per
+    element, took an eighth of a CPU update. An element is dropped where its 15 bits fall below
+    round(p * 2^15): the rate is p within 2^-16, and the kept ones are scaled by 1 / (1 - p), as
+    nn.Dropout does. The mask still comes from torch's generator, so seeding and resuming hold.
+    Other devices keep nn.Dropout's kernel."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0 or x.device.type != "cpu":
             return super().forward(x)
-        keep = torch.empty(x.shape, dtype=torch.int32).random_() >= round(self.p * 2**31)  # (...) bool; random_: [0, 2^31)
+        n = x.numel()
+        draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # (ceil(n/4),) in [0, 2^63)
+        bits = draws.view(torch.int16)[:n].view(x.shape).bitwise_and_(0x7FFF)  # (...) four 15-bit draws each
+        keep = bits >= round(self.p * 2**15)  # (...) bool
         return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))  # the scaled mask: what backward multiplies by
 
 
@@ -118,10 +123,7 @@ class MultiHeadAttention(nn.Module):
         if self.self_attention:
             q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).split(self.widths, dim=-1))  # (B, H, T, K or Kv)
             if cache is not None:  # append this step's keys and values to the earlier ones
-                if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, K)
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
+                k, v = cache.append(k, v)  # (B, H, t, K or Kv)
         else:
             q = self.split_heads(self.q_proj(x))  # (B, H, T, K)
             if cache is not None:
@@ -219,13 +221,46 @@ class DecoderLayer(nn.Module):
 @dataclass
 class LayerCache:
     """One decoder layer's keys and values: self-attention (B, H, length, K) per hypothesis,
-    encoder-decoder attention (B / group, H, S, K) per source sentence."""
+    encoder-decoder attention (B / group, H, S, K) per source sentence.
 
-    self_k: Optional[Tensor] = None
-    self_v: Optional[Tensor] = None
+    Beam search's reorder of the self-attention cache waits for the next append, which copies
+    the rows kept and the new position into one fresh tensor: one copy of the cache per step,
+    where reordering (index_select) and then appending (cat) would make two."""
+
+    self_k: Optional[Tensor] = None  # (B_prev, H, length, K): rows before `pending` applies
+    self_v: Optional[Tensor] = None  # (B_prev, H, length, Kv)
     cross_k: Optional[Tensor] = None
     cross_v: Optional[Tensor] = None
     group: int = 1  # hypotheses per source sentence (beam size)
+    pending: Optional[Tensor] = None  # (B,) rows of self_k and self_v that the hypotheses extend
+
+    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """Add T positions, k (B, H, T, K) and v (B, H, T, Kv); returns every position so far,
+        (B, H, length + T, K) and (B, H, length + T, Kv)."""
+        if self.self_k is None:
+            self.self_k, self.self_v = k, v
+        else:
+            self.self_k, self.self_v = (self._extended(old, new) for old, new in ((self.self_k, k), (self.self_v, v)))
+        self.pending = None
+        return self.self_k, self.self_v
+
+    def _extended(self, old: Tensor, new: Tensor) -> Tensor:
+        length = old.size(2)
+        out = new.new_empty((new.size(0), new.size(1), length + new.size(2), new.size(3)))  # (B, H, length + T, W)
+        if self.pending is None:
+            out[:, :, :length] = old
+        else:
+            torch.index_select(old, 0, self.pending, out=out[:, :, :length])
+        out[:, :, length:] = new
+        return out
+
+    def reorder(self, index: Tensor, cross: Callable[[Optional[Tensor]], Optional[Tensor]], group: int) -> "LayerCache":
+        """The hypotheses `index` (B',) of these; cross() picks the per-sentence rows of the
+        encoder-decoder cache. The self-attention rows move at the next append."""
+        pending = index if self.pending is None else self.pending.index_select(0, index)
+        if self.self_k is None:
+            pending = None
+        return LayerCache(self.self_k, self.self_v, cross(self.cross_k), cross(self.cross_v), group, pending)
 
 
 @dataclass
@@ -253,10 +288,7 @@ class DecoderState:
         if group > 1 and len(sentences) == len(self.memory):  # no sentence left: nothing to move
             sentences = None
         per_sentence = (lambda t: t) if sentences is None else (lambda t: pick(t, sentences))  # noqa: E731
-        layers = [
-            LayerCache(pick(c.self_k, index), pick(c.self_v, index), per_sentence(c.cross_k), per_sentence(c.cross_v), group)
-            for c in self.layers
-        ]
+        layers = [c.reorder(index, per_sentence, group) for c in self.layers]
         return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, group)
 
 
