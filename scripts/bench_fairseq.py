@@ -28,18 +28,28 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
 SKIPPED = 10  # leading updates left out on both sides (start-up, allocator warm-up)
+NOT_BUILT = "fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh"
 
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def anchor_built() -> bool:
+    """Whether setup.sh has built fairseq (into $FAIRSEQ_ANCHOR, /tmp/fairseq-anchor by default)."""
+    return (Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")) / "venv" / "bin" / "fairseq-train").exists()
+
+
+def threads_env(threads: int) -> dict:
+    """This process's environment with both trainers' thread pools at `threads`."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+
+
 def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
     """fairseq-train's steady target tokens/s (run.sh leaves out its first log interval)."""
-    built = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")) / "venv" / "bin" / "fairseq-train"
-    if not built.exists():
+    if not anchor_built():
         return None
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = threads_env(threads)
     result = subprocess.run(["bash", str(ANCHOR / "run.sh"), model, str(updates)], capture_output=True, text=True,
                             env=env, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
@@ -78,7 +88,7 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             theirs = fairseq(args.model, args.updates, args.threads)
             if theirs is None:
-                emit(measurement="fairseq_train", skipped="fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh")
+                emit(measurement="fairseq_train", skipped=NOT_BUILT)
             mine = ours(args.model, args.updates, args.threads, Path(folder))
             emit(measurement="train_vs_fairseq", round=round_, model=args.model, updates=args.updates,
                  threads=args.threads, ours_target_tokens_per_s=round(mine, 1),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from bench_fairseq import ANCHOR, ROOT, emit, train_overrides
+from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env, train_overrides
 
 SCRIPTS = Path(__file__).resolve().parent
 FIRST, LAST = 11, 30  # the profiled updates; the first 10 are left out, as in bench_fairseq
@@ -92,9 +91,8 @@ def _write(out: str, profiler, seconds: float, updates: int, tokens: int) -> Non
 
 
 def profile_env(out: Path, threads: int, pythonpath: str) -> Dict[str, str]:
-    return dict(os.environ, PROFILE_TRAIN_OUT=str(out), PROFILE_FIRST=str(FIRST), PROFILE_LAST=str(LAST),
-                PROFILE_SCRIPTS=str(SCRIPTS), PYTHONPATH=pythonpath, OMP_NUM_THREADS=str(threads),
-                MKL_NUM_THREADS=str(threads))
+    return dict(threads_env(threads), PROFILE_TRAIN_OUT=str(out), PROFILE_FIRST=str(FIRST), PROFILE_LAST=str(LAST),
+                PROFILE_SCRIPTS=str(SCRIPTS), PYTHONPATH=pythonpath)
 
 
 def ours(model: str, threads: int, folder: Path) -> dict:
@@ -107,8 +105,7 @@ def ours(model: str, threads: int, folder: Path) -> dict:
 
 
 def fairseq(model: str, threads: int, folder: Path) -> Optional[dict]:
-    anchor = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
-    if not (anchor / "venv" / "bin" / "fairseq-train").exists():
+    if not anchor_built():
         return None
     hooks = folder / "hooks"
     hooks.mkdir()
@@ -146,8 +143,7 @@ def main() -> None:
         mine = ours(args.model, args.threads, Path(folder))
     sides = {"ours": summary("ours", args.model, mine)}
     if theirs is None:
-        emit(measurement="profile_summary", trainer="fairseq",
-             skipped="fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh")
+        emit(measurement="profile_summary", trainer="fairseq", skipped=NOT_BUILT)
     else:
         sides["fairseq"] = summary("fairseq", args.model, theirs)
     ops = []

@@ -257,9 +257,10 @@ class LayerCache:
     def reorder(self, index: Tensor, cross: Callable[[Optional[Tensor]], Optional[Tensor]], group: int) -> "LayerCache":
         """The hypotheses `index` (B',) of these; cross() picks the per-sentence rows of the
         encoder-decoder cache. The self-attention rows move at the next append."""
-        pending = index if self.pending is None else self.pending.index_select(0, index)
-        if self.self_k is None:
+        if self.self_k is None:  # nothing cached yet: nothing to move
             pending = None
+        else:  # rows of rows, when no step came between two reorders
+            pending = index if self.pending is None else self.pending.index_select(0, index)
         return LayerCache(self.self_k, self.self_v, cross(self.cross_k), cross(self.cross_v), group, pending)
 
 
