@@ -203,7 +203,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         if "ctranslate2" not in args.skip:
-            from translate.export import ctranslate2_translate, export
+            from translate.export.verb import ctranslate2_translate, export
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
         for round_ in range(1, args.rounds + 1):
             ours = measure("ours", lambda s: translator.translate(s, **options), sources, references,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GPU training throughput of base and big (bf16, synthetic tokens): one JSON line per measurement.
 
-Needs only torch (and numpy, sentencepiece): it drives translate.step.train_step, the
+Needs only torch (and numpy, sentencepiece): it drives translate.training.update.train_step, the
 optimizer and the schedule directly, without Hydra or datasets, so it runs on a bare GPU
 machine with PYTHONPATH pointing at this repository.
 
@@ -34,17 +34,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from translate import flops  # noqa: E402
-from translate.distributed import Context  # noqa: E402
+from translate.training import flops  # noqa: E402
+from translate.training.distributed import Context  # noqa: E402
 from translate.config import ModelConfig, OptimConfig  # noqa: E402
 from translate.data.batching import Batch  # noqa: E402
 from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
 
 PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # synthetic batches in our layout
-from translate.loss import LabelSmoothedObjective  # noqa: E402
+from translate.training.loss import LabelSmoothedObjective  # noqa: E402
 from translate.model import Transformer  # noqa: E402
-from translate.optim import build_optimizer  # noqa: E402
-from translate.step import QueuedUpdate, apply_update, train_step  # noqa: E402
+from translate.training.optim import build_optimizer  # noqa: E402
+from translate.training.update import QueuedUpdate, apply_update, train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),
@@ -99,7 +99,7 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
 
     pending = []  # the last update's outcome, not yet read
 
-    def update(i: int, host_reads: str = "lagged") -> None:  # as translate.train's loop, one micro-batch per update
+    def update(i: int, host_reads: str = "lagged") -> None:  # as translate.training.trainer's loop, one micro-batch per update
         stats = train_step(objective, [batches[i % len(batches)]], Context(device=device), autocast)
         grad_norm, lr = apply_update(model, optimizer, schedule, None, 0.0)
         pending.append(QueuedUpdate(stats, grad_norm, lr))

@@ -27,7 +27,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from translate import flops  # noqa: E402
+from translate.training import flops  # noqa: E402
 from translate.data.batching import collate, pad, token_batches  # noqa: E402
 from translate.data.cache import prepare  # noqa: E402
 from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
@@ -35,9 +35,9 @@ from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
 PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # the tiny config trains its own vocabulary
 from translate.hydra_cli import load_config  # noqa: E402
 from translate.model import Transformer  # noqa: E402
-from translate.optim import build_optimizer  # noqa: E402
-from translate.loss import LabelSmoothedObjective  # noqa: E402
-from translate.step import apply_update, train_step  # noqa: E402
+from translate.training.optim import build_optimizer  # noqa: E402
+from translate.training.loss import LabelSmoothedObjective  # noqa: E402
+from translate.training.update import apply_update, train_step  # noqa: E402
 
 
 def emit(**record) -> None:

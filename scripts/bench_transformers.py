@@ -68,7 +68,7 @@ def import_transformers() -> None:
 
 def bench_export(overrides: List[str], source: Path, folder: Path) -> None:
     """The export step in this process, then as a whole CLI process (into a second folder)."""
-    from translate.export import export
+    from translate.export.verb import export
 
     _, seconds = timed(import_transformers)  # the import alone, outside the export
     emit(measurement="import_transformers", seconds=round(seconds, 2))
@@ -91,7 +91,7 @@ def greedy_record(name: str, round_: int, hypotheses: List[str], references: Lis
 
 def bench_greedy(overrides: List[str], source: Path, folder: Path, args) -> None:
     """Ours and transformers' greedy search on the same sentences, alternating for args.rounds rounds."""
-    from translate.export_transformers import TransformersTranslator
+    from translate.export.transformers import TransformersTranslator
 
     cfg = load_config("decode", overrides)
     sources, references = load_corpus(cfg.data, args.split).pairs()

@@ -42,13 +42,13 @@ if os.environ.get("PROFILE_TRAIN_OUT") and sys.argv and sys.argv[0].endswith("fa
                        os.environ["PROFILE_TRAIN_OUT"], lambda self, samples, *a, **k: sum(int(s["ntokens"]) for s in samples if s))
 """
 
-# Our CLI in a process whose translate.train.train_step (one update's forward and backward,
+# Our CLI in a process whose translate.training.trainer.train_step (one update's forward and backward,
 # which the loop calls once per update) is hooked the same way.
 OURS = """
 import os, sys
 sys.path.insert(0, os.environ["PROFILE_SCRIPTS"])
-import profile_train, translate.train
-profile_train.wrap(translate.train, "train_step", int(os.environ["PROFILE_FIRST"]), int(os.environ["PROFILE_LAST"]),
+import profile_train, translate.training.trainer
+profile_train.wrap(translate.training.trainer, "train_step", int(os.environ["PROFILE_FIRST"]), int(os.environ["PROFILE_LAST"]),
                    os.environ["PROFILE_TRAIN_OUT"], lambda objective, batches, *a, **k: sum(b.target_tokens for b in batches))
 from translate.cli import main
 main()

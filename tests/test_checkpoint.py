@@ -101,8 +101,8 @@ def test_a_pickle_that_would_run_code_is_refused_on_every_load_path(tmp_path, co
     in it runs (the file it would create never appears)."""
     from translate.data.vocabulary import Vocabulary
     from translate.decode import Translator
-    from translate.export import export
-    from translate.resume import load_training_state, load_weights
+    from translate.export.verb import export
+    from translate.training.resume import load_training_state, load_weights
 
     marker = tmp_path / "ran"
     evil = planted_checkpoint(tmp_path / "run" / "checkpoint_1.pt", marker)

@@ -54,13 +54,13 @@ def test_two_processes_equal_one_process_with_accumulation(tmp_path):
 
 def _gradient_worker(rank, port, overrides, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
-    from translate import distributed
+    from translate.training import distributed
     from translate.hydra_cli import load_config
     from translate.data.batching import collate, token_batches
     from translate.data.cache import prepare
     from translate.model import Transformer
-    from translate.loss import LabelSmoothedObjective
-    from translate.step import train_step
+    from translate.training.loss import LabelSmoothedObjective
+    from translate.training.update import train_step
 
     context = distributed.init()
     try:
@@ -119,7 +119,7 @@ def test_a_failing_rank_ends_the_job(tmp_path):
     (hook / "sitecustomize.py").write_text(
         "import os\n"
         "if os.environ.get('RANK') == '1':\n"
-        "    import translate.train as t\n"
+        "    import translate.training.trainer as t\n"
         "    original, calls = t.train_step, []\n"
         "    def failing(*args, **kwargs):\n"
         "        calls.append(1)\n"
@@ -199,7 +199,7 @@ class FakeJobEnvironment:
 
 
 def test_submitit_ranks_and_rendezvous_from_a_faked_job_environment():
-    from translate.distributed import Launch, submitit_launch
+    from translate.training.distributed import Launch, submitit_launch
 
     two_nodes = FakeJobEnvironment("4312345", 2, 16, 9, 1, ["gpu017", "gpu018"])
     assert submitit_launch(two_nodes) == Launch(9, 16, 1, "gpu017", 20000 + 4312345 % 12000)
@@ -213,7 +213,7 @@ def test_submitit_ranks_and_rendezvous_from_a_faked_job_environment():
 
 def test_submitit_ranks_from_slurm_variables(monkeypatch):
     """Through submitit's own JobEnvironment, as in a task of a 2-node SLURM job."""
-    from translate.distributed import Launch, _submitit_launch
+    from translate.training.distributed import Launch, _submitit_launch
 
     for name in [n for n in os.environ if n.startswith(("SLURM_", "SUBMITIT_"))]:
         monkeypatch.delenv(name)

@@ -86,7 +86,7 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
 def test_greedy_translations_equal_decode(exported):
     """200 real sentences, greedy. The 30-step model mostly runs to the length cap, whose
     limit both sides share, so capped outputs are compared too (the longest agreements)."""
-    from translate.export import ctranslate2_translate
+    from translate.export.verb import ctranslate2_translate
 
     checkpoint, folder = exported
     translator = Translator.from_checkpoint(checkpoint)
@@ -110,7 +110,7 @@ def test_bad_format_foreign_folder_and_missing_checkpoint_are_one_line_errors(tm
 
 
 def test_default_folder_is_under_run_dir(compose, tmp_path):
-    from translate.export import output_dir
+    from translate.export.verb import output_dir
 
     assert output_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
     assert output_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"
@@ -121,7 +121,7 @@ def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(fore
     decoded with the average of its last checkpoints, and exported to CTranslate2, which
     translates as we do (the added pad id never reaches sentencepiece)."""
     from tests.conftest import run_dir_of
-    from translate.export import ctranslate2_translate
+    from translate.export.verb import ctranslate2_translate
 
     sources, _ = multi30k_test(100)
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")

@@ -101,7 +101,7 @@ def test_teacher_forced_log_probs_equal_ours_on_our_layout(trained_run, tmp_path
 def test_greedy_translations_equal_decode(foreign_export, one_thread):
     """Greedy on Multi30k's 1,000 test sentences: of those whose output ends before the length
     cap in ours (at least 500), at least 99% identical in transformers' generate()."""
-    from translate.export_transformers import transformers_translate
+    from translate.export.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
     sources, ours = greedy_before_cap(checkpoint, 1000)
@@ -114,7 +114,7 @@ def test_greedy_translations_equal_decode(foreign_export, one_thread):
 def test_pipeline_translates_as_decode(foreign_export, one_thread):
     """pipeline("translation") on the folder (transformers 4.x; 5 removed it): greedy equals
     decode.beam_size=1, and its default, the generation config's beam 4, equals generate()'s."""
-    from translate.export_transformers import transformers_translate
+    from translate.export.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
     sources, ours = greedy_before_cap(checkpoint, 40)
@@ -128,7 +128,7 @@ def test_pipeline_translates_as_decode(foreign_export, one_thread):
 def test_run_record_and_model_card(foreign_run, tmp_path):
     """train keeps the run record (updates, compute, validation, the command), bleu adds its
     scores with their signatures, and the export's model card shows them."""
-    from translate import run_record
+    from translate.training import run_record
 
     run_cli("decode", *foreign_run, "decode.beam_size=1", check=True)
     run_cli("bleu", *foreign_run, check=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from translate.config import ModelConfig
-from translate.flops import PAPER_COMPUTE, flops_per_target_token, matmul_peak
+from translate.training.flops import PAPER_COMPUTE, flops_per_target_token, matmul_peak
 from translate.model import Transformer
 
 

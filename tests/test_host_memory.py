@@ -1,4 +1,4 @@
-"""translate.host_memory: freed host memory is reused, not faulted in again page by page."""
+"""translate.training.host_memory: freed host memory is reused, not faulted in again page by page."""
 
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import pytest
 PROBE = """
 import random, resource, sys, torch
 if sys.argv[1] == "keep":
-    from translate.host_memory import keep_freed_memory
+    from translate.training.host_memory import keep_freed_memory
     assert keep_freed_memory()
 def update(n):
     a = torch.ones(n); b = torch.ones(n // 2); del a; c = torch.ones(n // 3); del b, c

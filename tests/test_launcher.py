@@ -22,7 +22,7 @@ def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):
     rank0 = next(text for name, text in logs.items() if name.endswith("_0_log.err"))
     rank1 = next(text for name, text in logs.items() if name.endswith("_1_log.err"))
     assert "x 1 accumulation x 2 processes" in rank0 and "stopped at update 2" in rank0
-    assert "[translate.train][INFO]" not in rank1  # the other rank logs warnings only
+    assert "[translate.training.trainer][INFO]" not in rank1  # the other rank logs warnings only
     assert (run_dir / "hydra" / "train" / ".hydra" / "config.yaml").is_file()
 
 
@@ -89,7 +89,7 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
     """In a submitit task, submitit's signal before SLURM's time limit saves like SIGTERM does."""
     import signal as signals
 
-    from translate.resume import stop_signal_numbers
+    from translate.training.resume import stop_signal_numbers
 
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
     assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGINT]

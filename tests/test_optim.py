@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from translate.config import OptimConfig
-from translate.loss import label_smoothed_nll
-from translate.optim import build_optimizer
-from translate.schedule import InverseSquareRootSchedule
+from translate.training.loss import label_smoothed_nll
+from translate.training.optim import build_optimizer
+from translate.training.schedule import InverseSquareRootSchedule
 
 
 def noam(step: int, d_model: int = 512, warmup: int = 4000, scale: float = 1.0) -> float:

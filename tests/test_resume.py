@@ -32,7 +32,7 @@ def train(tmp_path, run, *extra, env=None, timeout=600):
 
 KILL_ON_CALL = """
 import os, signal
-import translate.train as t
+import translate.training.trainer as t
 original, calls = t.train_step, []
 def killing(*args, **kwargs):
     calls.append(1)
@@ -84,7 +84,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
 
 
 NAN_LOSS = """
-import translate.loss as t
+import translate.training.loss as t
 original, calls = t.label_smoothed_nll, []
 def poisoned(*args, **kwargs):
     calls.append(1)
@@ -217,7 +217,7 @@ def test_one_training_per_run_dir_and_readers_welcome(tmp_path):
 
 def test_the_lock_is_released_for_the_next_job_in_the_process(tmp_path):
     from translate.errors import TranslateError
-    from translate.run_lock import RunLock
+    from translate.training.run_lock import RunLock
 
     first, second = RunLock(tmp_path), RunLock(tmp_path)
     first.acquire()
@@ -230,7 +230,7 @@ def test_the_lock_is_released_for_the_next_job_in_the_process(tmp_path):
 
 SIGINT_ON_CALL = """
 import os, signal
-import translate.train as t
+import translate.training.trainer as t
 original, calls = t.train_step, []
 def interrupting(*args, **kwargs):
     calls.append(1)
@@ -245,7 +245,7 @@ t.train_step = interrupting
 def as_written_before_the_schedule_class(path) -> None:
     """Rewrite a checkpoint's schedule state as the LambdaLR that older checkpoints hold (its
     last_epoch counted the applied updates)."""
-    from translate.schedule import InverseSquareRootSchedule
+    from translate.training.schedule import InverseSquareRootSchedule
 
     payload = torch.load(path, map_location="cpu", weights_only=False)
     schedule = InverseSquareRootSchedule(32, 20)

@@ -11,10 +11,10 @@ from translate.data.batching import collate, token_batches
 from translate.data.cache import prepare
 from translate.model import Transformer
 from translate.config import OptimConfig
-from translate.optim import build_optimizer
-from translate.loss import LabelSmoothedObjective
-from translate.step import apply_update, batch_plan, train_step
-from translate.train import train
+from translate.training.optim import build_optimizer
+from translate.training.loss import LabelSmoothedObjective
+from translate.training.update import apply_update, batch_plan, train_step
+from translate.training.trainer import train
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_training_on_real_data_lowers_the_loss(small_data):
 
 
 def train_step_no_grad(model, batch):
-    from translate.loss import label_smoothed_nll
+    from translate.training.loss import label_smoothed_nll
 
     logits = model(batch.src, batch.tgt_in)
     real = batch.tgt_out != 0
@@ -101,8 +101,8 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     ones whose norm overflows) leave the weights, Adam's moments and step count, and the
     schedule as they were (the fused kernel's found_inf, GradScaler, or the host check of
     other optimizers), and lower the fp16 loss scale."""
-    from translate.optim import Adam
-    from translate.schedule import InverseSquareRootSchedule
+    from translate.training.optim import Adam
+    from translate.training.schedule import InverseSquareRootSchedule
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
@@ -175,7 +175,7 @@ def test_zero_periods_mean_never(tmp_path):
 
 def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
     """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.train import bar_total
+    from translate.training.trainer import bar_total
 
     assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
     assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s

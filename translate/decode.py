@@ -21,7 +21,7 @@ from translate.data.batching import pad
 from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
-from translate.host_memory import keep_freed_memory
+from translate.training.host_memory import keep_freed_memory
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from translate import paths, run_record
+from translate import paths
+from translate.training import run_record
 from translate.config import TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError

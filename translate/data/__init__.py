@@ -1,1 +1,8 @@
-"""Data: loading (datasets or text files), sentencepiece vocabulary, token cache, batching."""
+"""Data: parallel corpora from `datasets` or plain text (loading), the joint sentencepiece
+vocabulary (vocabulary), the token cache on disk (cache) that the `translate prepare` verb
+builds (prepare: cleaning, vocabulary training, encoding), and batches by token budget
+(batching), with progress lines for long passes (progress).
+
+May import translate.config, translate.errors and translate.paths; nothing of the model,
+training or export, and never Hydra.
+"""

@@ -21,20 +21,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed, paths, resume, run_record
+from translate import checkpoint, paths
+from translate.training import distributed, resume, run_record
 from translate.config import Positions, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import prepare, write_report
 from translate.errors import Interrupted, TranslateError
-from translate.flops import Accounting
-from translate.host_memory import keep_freed_memory
-from translate.loss import LabelSmoothedObjective
+from translate.training.flops import Accounting
+from translate.training.host_memory import keep_freed_memory
+from translate.training.loss import LabelSmoothedObjective
 from translate.model import Transformer
-from translate.optim import build_optimizer
-from translate.precision import MixedPrecision
-from translate.run_lock import RunLock
-from translate.step import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
-from translate.validate import Tracker, dev_sentences, evaluate
+from translate.training.optim import build_optimizer
+from translate.training.precision import MixedPrecision
+from translate.training.run_lock import RunLock
+from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
+from translate.training.validate import Tracker, dev_sentences, evaluate
 
 log = logging.getLogger(__name__)
 package_log = logging.getLogger("translate")  # every module's logger is below it

@@ -1,6 +1,6 @@
 """One update of training: forward and backward over its micro-batches (train_step), the
 optimizer step (apply_update), and its outcome on its way to the host (QueuedUpdate), so
-that the loop in translate.train never makes the host wait for the device within an update.
+that the loop in translate.training.trainer never makes the host wait for the device within an update.
 
 Knows nothing of Hydra or files: the GPU benchmark drives these directly.
 """
@@ -15,10 +15,10 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from translate import distributed
+from translate.training import distributed
 from translate.data.batching import Batch
-from translate.optim import Adam
-from translate.schedule import InverseSquareRootSchedule
+from translate.training.optim import Adam
+from translate.training.schedule import InverseSquareRootSchedule
 
 
 class QueuedUpdate:

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.optim.adam import adam
 
 from translate.config import OptimConfig
-from translate.schedule import InverseSquareRootSchedule
+from translate.training.schedule import InverseSquareRootSchedule
 
 
 class Adam(torch.optim.Adam):

@@ -11,7 +11,7 @@ from translate.config import TranslateConfig, ValidMetric
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import SpecialIds, Vocabulary
-from translate.loss import LabelSmoothedObjective
+from translate.training.loss import LabelSmoothedObjective
 
 
 @torch.no_grad()

@@ -14,14 +14,15 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import nn
 
-from translate import checkpoint, distributed
+from translate import checkpoint
+from translate.training import distributed
 from translate.config import ModelConfig, OptimConfig, to_plain
 from translate.data.batching import BatchStream
 from translate.data.vocabulary import Vocabulary
 from translate.errors import MissingCheckpoint, TranslateError
-from translate.optim import Adam
-from translate.schedule import InverseSquareRootSchedule
-from translate.validate import Tracker
+from translate.training.optim import Adam
+from translate.training.schedule import InverseSquareRootSchedule
+from translate.training.validate import Tracker
 
 log = logging.getLogger(__name__)
 

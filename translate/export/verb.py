@@ -54,7 +54,7 @@ def export(cfg: TranslateConfig) -> Path:
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
         if cfg.export.format == ExportFormat.transformers:
-            from translate.export_transformers import write_transformers
+            from translate.export.transformers import write_transformers
 
             write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
         else:

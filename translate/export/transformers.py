@@ -16,11 +16,11 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from translate import run_record
+from translate.training import run_record
 from translate.config import DecodeConfig, ModelConfig
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
-from translate.model_card import model_card
+from translate.export.model_card import model_card
 
 INPUT_TOKENS = 512  # the tokenizer's model_max_length: longest source, EOS included
 EXTRA = "transformers"  # the optional dependency group that brings transformers and safetensors

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-from translate import run_record
+from translate.training import run_record
 from translate.config import TableFormat, TranslateConfig
 from translate.errors import TranslateError
 
