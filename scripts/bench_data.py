@@ -55,7 +55,7 @@ def replicate(pairs, n: int, folder: Path) -> Path:
 # Runs in a fresh process, so that its peak memory is the preparation's alone.
 PREPARE = """
 import json, resource, sys, time
-from translate.data.cache import prepare
+from translate.data.prepare import prepare
 from translate.hydra_cli import load_config
 cfg = load_config("prepare", sys.argv[1:])
 start = time.perf_counter()
@@ -92,6 +92,65 @@ def run(code: str, *args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def bench_prepare(pairs, sizes, model: Path, folder: Path) -> Path:
+    """`prepare` on `sizes` pairs each (a fresh process each), against sentencepiece's encoding
+    alone; returns the last cache folder."""
+    last_folder = None
+    for n in sizes:
+        prefix = replicate(pairs, n, folder)
+        baseline = run(SPM_ONLY, str(model), str(prefix))
+        ours = run(PREPARE, "data=text", f"data.train={prefix}", f"data.spm_model={model}",
+                   f"data.cache_dir={folder}/cache", f"run_dir={folder}/run")
+        cache_bytes = sum(p.stat().st_size for p in Path(ours["folder"]).iterdir())
+        emit(measurement="prepare", pairs=n, kept=ours["kept"], seconds=round(ours["seconds"], 2),
+             pairs_per_s=round(n / ours["seconds"]), max_rss_mb=round(ours["max_rss_mb"]),
+             cache_mb=round(cache_bytes / 2**20, 1))
+        emit(measurement="sentencepiece_encode_2_threads", pairs=n, seconds=round(baseline["seconds"], 2),
+             pairs_per_s=round(n / baseline["seconds"]), max_rss_mb=round(baseline["max_rss_mb"]))
+        emit(measurement="prepare_speed_vs_sentencepiece", pairs=n, ratio=round(baseline["seconds"] / ours["seconds"], 3))
+        Path(f"{prefix}.en").unlink()
+        Path(f"{prefix}.de").unlink()
+        last_folder = Path(ours["folder"])
+    return last_folder
+
+
+def bench_batches(cache_folder: Path, batch_tokens: int) -> None:
+    """Batch assembly from the cache, and finding a batch's real target positions (numpy, as
+    Batch.real_targets does, against torch's boolean indexing on its default threads)."""
+    import numpy as np
+    import torch
+    from translate.data.batching import collate, token_batches
+    from translate.data.cache import load
+
+    data = load(cache_folder)
+    batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, batch_tokens, seed=1, epoch=0)
+    chosen = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))[:200]]
+    specials = data.vocabulary.specials
+    collate(data.train, chosen[0], specials)
+    start = time.perf_counter()
+    for batch in chosen:
+        collate(data.train, batch, specials)
+    emit(measurement="batch_assembly", tokens_per_batch=batch_tokens, batches=len(chosen),
+         ms_per_batch=round(1000 * (time.perf_counter() - start) / len(chosen), 3))
+
+    def with_torch(batch):
+        real = batch.tgt_out != batch.pad  # (B, T)
+        return real.flatten().nonzero().squeeze(1), batch.tgt_out[real]
+
+    assembled = [collate(data.train, batch, specials) for batch in chosen]
+    seconds = {}
+    for name, find in (("numpy", lambda b: b.real_targets()), ("torch", with_torch)):
+        find(assembled[0])
+        start = time.perf_counter()
+        for batch in assembled:
+            find(batch)
+        seconds[name] = (time.perf_counter() - start) / len(assembled)
+    assert all(torch.equal(a, b) for a, b in zip(assembled[0].real_targets(), with_torch(assembled[0])))
+    emit(measurement="real_targets", tokens_per_batch=batch_tokens, threads=torch.get_num_threads(),
+         ms_per_batch=round(1000 * seconds["numpy"], 3), torch_ms_per_batch=round(1000 * seconds["torch"], 3),
+         speedup_vs_torch=round(seconds["torch"] / seconds["numpy"], 2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[1_000_000, 5_000_000])
@@ -110,59 +169,7 @@ def main() -> None:
              seconds=round(time.perf_counter() - start, 2))
         model = folder / "given.model"
         model.write_bytes(vocabulary.model_bytes)
-
-        last_folder = None
-        for n in args.pairs:
-            prefix = replicate(pairs, n, folder)
-            baseline = run(SPM_ONLY, str(model), str(prefix))
-            ours = run(PREPARE, "data=text", f"data.train={prefix}", f"data.spm_model={model}",
-                       f"data.cache_dir={folder}/cache", f"run_dir={folder}/run")
-            cache_bytes = sum(p.stat().st_size for p in Path(ours["folder"]).iterdir())
-            emit(measurement="prepare", pairs=n, kept=ours["kept"], seconds=round(ours["seconds"], 2),
-                 pairs_per_s=round(n / ours["seconds"]), max_rss_mb=round(ours["max_rss_mb"]),
-                 cache_mb=round(cache_bytes / 2**20, 1))
-            emit(measurement="sentencepiece_encode_2_threads", pairs=n, seconds=round(baseline["seconds"], 2),
-                 pairs_per_s=round(n / baseline["seconds"]), max_rss_mb=round(baseline["max_rss_mb"]))
-            emit(measurement="prepare_speed_vs_sentencepiece", pairs=n,
-                 ratio=round(baseline["seconds"] / ours["seconds"], 3))
-            Path(f"{prefix}.en").unlink()
-            Path(f"{prefix}.de").unlink()
-            last_folder = Path(ours["folder"])
-
-        import numpy as np
-        from translate.data.batching import collate, token_batches
-        from translate.data.cache import _load
-
-        data = _load(last_folder)
-        batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, args.batch_tokens, seed=1, epoch=0)
-        chosen = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))[:200]]
-        specials = data.vocabulary.specials
-        collate(data.train, chosen[0], specials)
-        start = time.perf_counter()
-        for batch in chosen:
-            collate(data.train, batch, specials)
-        emit(measurement="batch_assembly", tokens_per_batch=args.batch_tokens, batches=len(chosen),
-             ms_per_batch=round(1000 * (time.perf_counter() - start) / len(chosen), 3))
-
-        # The real target positions and tokens of each batch (Batch.real_targets, in numpy),
-        # side by side with the same found by torch's boolean indexing, on torch's default threads.
-        import torch
-        def with_torch(batch):
-            real = batch.tgt_out != batch.pad  # (B, T)
-            return real.flatten().nonzero().squeeze(1), batch.tgt_out[real]
-
-        assembled = [collate(data.train, batch, specials) for batch in chosen]
-        seconds = {}
-        for name, find in (("numpy", lambda b: b.real_targets()), ("torch", with_torch)):
-            find(assembled[0])
-            start = time.perf_counter()
-            for batch in assembled:
-                find(batch)
-            seconds[name] = (time.perf_counter() - start) / len(assembled)
-        assert all(torch.equal(a, b) for a, b in zip(assembled[0].real_targets(), with_torch(assembled[0])))
-        emit(measurement="real_targets", tokens_per_batch=args.batch_tokens, threads=torch.get_num_threads(),
-             ms_per_batch=round(1000 * seconds["numpy"], 3), torch_ms_per_batch=round(1000 * seconds["torch"], 3),
-             speedup_vs_torch=round(seconds["torch"] / seconds["numpy"], 2))
+        bench_batches(bench_prepare(pairs, args.pairs, model, folder), args.batch_tokens)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MULTI30K, TEXT, WMT14_MINI, need
-from translate.data.cache import fingerprint, prepare
+from translate.data.prepare import fingerprint, prepare
 from translate.data.loading import load_corpus
 from translate.data.vocabulary import OUR_LAYOUT, Vocabulary
 from translate.errors import TranslateError
@@ -107,7 +107,7 @@ def test_fingerprint_follows_data_and_vocabulary_settings(compose, tmp_path):
 def test_interrupted_preparation_leaves_no_trusted_cache(compose, monkeypatch):
     need(MULTI30K)
     cfg = compose("train", "config=tiny", "data.train_split=validation", "data.vocab_size=500")
-    import translate.data.cache as cache
+    import translate.data.prepare as cache
 
     def explode(*args, **kwargs):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from tests.conftest import MULTI30K, SMALL, free_port, need
 
 def _worker(rank, world_size, port, overrides, results):
     from translate.hydra_cli import load_config
-    from translate.data.cache import prepare
+    from translate.data.prepare import prepare
     from translate.data.batching import BatchStream
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)

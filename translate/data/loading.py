@@ -4,6 +4,7 @@ aligned plain-text files. Both stream sentence pairs in chunks and carry a finge
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,17 @@ class HubCorpus(ParallelCorpus):
             yield [s or "" for s in src], [t or "" for t in tgt]
 
     def fingerprint(self) -> str:
-        return f"{self.dataset._fingerprint}:{self.src_lang}-{self.tgt_lang}"
+        """The files `datasets` serves the split from (their names carry its hash of the source
+        data and of the builder's settings) with their sizes; a dataset held in memory hashes
+        its rows instead."""
+        digest = hashlib.sha256(f"{self.src_lang}-{self.tgt_lang}:{len(self.dataset)}".encode())
+        files = [Path(entry["filename"]) for entry in self.dataset.cache_files]
+        for path in files:
+            digest.update(f"|{path.resolve()}:{path.stat().st_size}".encode())
+        if not files:
+            for chunk in self.chunks():
+                digest.update(json.dumps(chunk, ensure_ascii=False).encode())
+        return digest.hexdigest()
 
 
 @dataclass

@@ -1,0 +1,208 @@
+"""The `translate prepare` verb, which `translate train` runs too: clean the training split,
+train the joint vocabulary (or take data.spm_model) and encode the training and dev splits
+once into the token cache (data.cache), streaming in chunks; a second run with the same
+settings finds the cache by its fingerprint and maps it at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import numpy as np
+
+from translate import paths
+from translate.config import DataConfig, TranslateConfig
+from translate.data.cache import FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, is_complete, load
+from translate.data.loading import ParallelCorpus, load_corpus
+from translate.data.progress import Progress
+from translate.data.vocabulary import Vocabulary
+from translate.errors import MissingSplit, TranslateError
+
+
+def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus]) -> str:
+    """Hash of everything that determines the cache's contents, and nothing else."""
+    settings = {
+        "format": FORMAT_VERSION,
+        "train": train.fingerprint(),
+        "valid": valid.fingerprint() if valid is not None else None,
+        "src_lang": data.src_lang,
+        "tgt_lang": data.tgt_lang,
+        "max_length": data.max_length,
+        "max_length_ratio": data.max_length_ratio,
+    }
+    if data.spm_model:  # a given model replaces every vocabulary setting
+        model = _read_spm_model(data.spm_model)
+        settings["spm_model"] = hashlib.sha256(model).hexdigest()
+        settings["specials"] = Vocabulary(model).specials.as_dict()  # how its special pieces are used
+    else:
+        settings.update(vocab_size=data.vocab_size, vocab_type=data.vocab_type, vocab_sample=data.vocab_sample)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare(data: DataConfig, log=print) -> PreparedData:
+    """Load the encoded corpus from the cache, building it first if needed."""
+    train = load_corpus(data, data.train_split)
+    if len(train) == 0:
+        raise TranslateError(f"{train.description} is empty")
+    valid = _optional_split(data, data.valid_split)
+    key = fingerprint(data, train, valid)
+    folder = Path(data.cache_dir) / key
+    if not is_complete(folder):
+        with exclusive(folder):  # one process builds; the others wait here, then load
+            if not is_complete(folder):
+                log(f"preparing {train.description}: {len(train):,} pairs -> {folder}")
+                _build(folder, data, train, valid, log)
+    else:
+        log(f"using cached corpus {folder}")
+    return load(folder)
+
+
+def prepare_verb(cfg: TranslateConfig) -> Path:
+    """`translate prepare`: build (or find) the cache and put its data report in run_dir."""
+    data = prepare(cfg.data, log=logging.getLogger("translate.prepare").info)
+    destination = paths.data_report(Path(cfg.run_dir))
+    write_report(data, destination)
+    print(summary(data.report) + f"\nreport: {destination}  cache: {data.folder}")
+    return destination
+
+
+def write_report(data: PreparedData, destination: Path) -> None:
+    """The data report (pairs kept and dropped, tokens, vocabulary), written atomically."""
+    with paths.atomic_write(destination) as file:
+        file.write(json.dumps(data.report, indent=2) + "\n")
+
+
+def summary(report: Dict) -> str:
+    """One readable paragraph of the data report."""
+    train = report["train"]
+    dropped = ", ".join(f"{train[k]:,} {k.replace('_', ' ')}" for k in ("empty", "too_long", "ratio"))
+    line = (f"training pairs: {train['pairs']:,} read, {train['kept']:,} kept (dropped: {dropped}); "
+            f"tokens: {train['tokens_src']:,} source, {train['tokens_tgt']:,} target; "
+            f"vocabulary {report['vocab_size']:,}, coverage {report['coverage']:.4%}")
+    overlap = report.get("test_overlap")
+    if overlap:
+        line += (f"; test sentences also in training: {overlap['source']:,} source, "
+                 f"{overlap['target']:,} target of {overlap['sentences']:,}")
+    return line
+
+
+def _optional_split(data: DataConfig, split: str) -> Optional[ParallelCorpus]:
+    """The split if the data has it (dev and test sets are optional for training)."""
+    try:
+        return load_corpus(data, split)
+    except MissingSplit:
+        return None
+
+
+def _read_spm_model(path: str) -> bytes:
+    file = Path(path)
+    if not file.is_file():
+        raise TranslateError(f"missing sentencepiece model: {path}")
+    return file.read_bytes()
+
+
+def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus], log) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        if data.spm_model:
+            vocabulary = Vocabulary(_read_spm_model(data.spm_model))
+        else:
+            vocabulary = Vocabulary.train(_both_sides(train), data.vocab_size, data.vocab_type, sample_size=data.vocab_sample)
+        (staging / VOCABULARY).write_bytes(vocabulary.model_bytes)
+        dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
+        report: Dict = {"vocab_size": len(vocabulary), "specials": vocabulary.specials.as_dict(), "dtype": dtype.name,
+                        "settings": asdict(data)}
+        test = _optional_split(data, "test")
+        test_sets = _sentence_sets(test) if test is not None else None
+        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
+                                           log=log)
+        if report["train"]["kept"] == 0:
+            raise TranslateError(f"{train.description}: no pair left after cleaning")
+        if valid is not None:
+            report["valid"], _ = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)
+        train_tokens = report["train"]["tokens_src"] + report["train"]["tokens_tgt"]
+        report["coverage"] = 1 - (report["train"]["unk_src"] + report["train"]["unk_tgt"]) / max(1, train_tokens)
+        if test_sets is not None:
+            report["test_overlap"] = {"sentences": len(test), **overlap}
+        (staging / REPORT).write_text(json.dumps(report, indent=2))  # last: marks the folder complete
+        if folder.exists():  # a stale incomplete folder from an older version: replace it
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log(summary(report))
+
+
+def _both_sides(corpus: ParallelCorpus) -> Iterator[str]:
+    for src, tgt in corpus.chunks():
+        yield from itertools.chain.from_iterable(zip(src, tgt))
+
+
+def _sentence_sets(corpus: ParallelCorpus) -> Tuple[Set[str], Set[str]]:
+    sources, targets = corpus.pairs()
+    return {s.strip() for s in sources}, {t.strip() for t in targets}
+
+
+def _encode(
+    corpus: ParallelCorpus,
+    vocabulary: Vocabulary,
+    folder: Path,
+    name: str,
+    dtype: np.dtype,
+    data: DataConfig,
+    clean: bool,
+    test_sets: Optional[Tuple[Set[str], Set[str]]] = None,
+    log=None,
+) -> Tuple[Dict, Dict]:
+    """Encode chunk by chunk into folder/name.*; training pairs with an empty side, a side over
+    data.max_length tokens, or sides more than data.max_length_ratio apart are dropped."""
+    writer = SplitWriter(folder, name, dtype, vocabulary.specials.unk)
+    counts = {"pairs": 0, "kept": 0, "empty": 0, "too_long": 0, "ratio": 0}
+    overlap = {"source": 0, "target": 0}
+    progress = Progress(len(corpus), f"encoding {name}", log) if log is not None else None
+    for src, tgt in corpus.chunks(20000):
+        if test_sets is not None:
+            overlap["source"] += sum(s.strip() in test_sets[0] for s in src)
+            overlap["target"] += sum(t.strip() in test_sets[1] for t in tgt)
+        src_ids, tgt_ids = vocabulary.encode(src), vocabulary.encode(tgt)
+        counts["pairs"] += len(src_ids)
+        if clean:
+            keep = _clean(src_ids, tgt_ids, data, counts)
+            src_ids = [ids for ids, k in zip(src_ids, keep) if k]
+            tgt_ids = [ids for ids, k in zip(tgt_ids, keep) if k]
+        counts["kept"] += len(src_ids)
+        writer.add("src", src_ids)
+        writer.add("tgt", tgt_ids)
+        if progress is not None:
+            progress.update(counts["pairs"] - progress.done)
+    if progress is not None:
+        progress.close()
+    writer.close()
+    counts.update(writer.counts)
+    return counts, overlap
+
+
+def _clean(src_ids: List[List[int]], tgt_ids: List[List[int]], data: DataConfig, counts: Dict) -> np.ndarray:
+    """Which pairs of a chunk to keep; counts the dropped ones by their first reason."""
+    src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(src_ids))
+    tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(tgt_ids))
+    empty = (src_len == 0) | (tgt_len == 0)
+    too_long = ~empty & (np.maximum(src_len, tgt_len) > data.max_length)
+    ratio = np.zeros_like(empty)
+    if data.max_length_ratio > 0:
+        longer, shorter = np.maximum(src_len, tgt_len), np.maximum(np.minimum(src_len, tgt_len), 1)
+        ratio = ~empty & ~too_long & (longer > data.max_length_ratio * shorter)
+    counts["empty"] += int(empty.sum())
+    counts["too_long"] += int(too_long.sum())
+    counts["ratio"] += int(ratio.sum())
+    return ~(empty | too_long | ratio)
