@@ -158,7 +158,7 @@ def ratio(ours: dict, theirs: dict, key: str) -> float:
     return round(ours[key] / theirs[key], 2)
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", default=str(ROOT / "runs/tiny-multi30k_en_de/checkpoint_last.pt"))
     parser.add_argument("--config", default="tiny", help="preset whose data and decode settings are used")
@@ -170,60 +170,85 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "cli", "fairseq"])
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def against_plain(translator, settings, sources, references, limit: int) -> None:
+    """Our cached decoder against the same search on the plain (uncached) model."""
+    n = min(limit, len(sources))
+    encode = translator.vocabulary.encode
+    plain = Translator(PlainModel(translator.model), translator.vocabulary)  # same search, no cache
+    subset_ours = measure("ours_subset", lambda s: translator.translate(s, settings), sources[:n], references[:n], tokenizer=encode)
+    subset_plain = measure("plain_subset", lambda s: plain.translate(s, settings), sources[:n], references[:n], tokenizer=encode)
+    emit(measurement="decode_speedup_over_plain", sentences=n,
+         ratio=round(subset_ours["sentences_per_s"] / subset_plain["sentences_per_s"], 2),
+         same_bleu=subset_ours["bleu"] == subset_plain["bleu"],
+         output_tokens_per_sentence=round(subset_ours["target_tokens_per_s"] / subset_ours["sentences_per_s"], 1))
+
+
+def fairseq_comparable(args) -> bool:
+    """Whether fairseq-generate (run.sh decode) is compared: its checkpoint exists, and this run
+    translates what it translates; says why not otherwise."""
+    if "fairseq" in args.skip:
+        return False
+    if not ANCHOR_CHECKPOINT.exists():
+        emit(measurement="decode_fairseq_generate_process", skipped="no anchor checkpoint: bash ../shared/anchors/fairseq/setup.sh; "
+             "bash ../shared/anchors/fairseq/run.sh train 17")
+        return False
+    if args.limit or args.split != "test" or args.override or args.config != "tiny":
+        emit(measurement="decode_fairseq_generate_process", skipped="run.sh decode translates the whole Multi30k test "
+             "split: compared only for --config tiny without --limit, --split or --override")
+        return False
+    return True
+
+
+def one_round(round_: int, args, translator, settings, sources, references, ct2_folder) -> None:
+    """Ours in-process, CTranslate2 (two ways), our whole process and fairseq-generate's."""
+    encode, d = translator.vocabulary.encode, settings
+    ours = measure("ours", lambda s: translator.translate(s, d), sources, references,
+                   tokenizer=encode, beam_size=d.beam_size, round=round_)
+    if ct2_folder is not None:
+        from translate.export.ctranslate2 import ctranslate2_translate
+
+        ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(ct2_folder, s, d, threads=args.threads),
+                      sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+        # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
+        one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(ct2_folder, s, d.beam_size, d.length_penalty, args.threads),
+                           sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+        best = max((ct2, one_call), key=lambda r: r["sentences_per_s"])
+        emit(measurement="decode_ours_over_ctranslate2", round=round_, ratio=ratio(ours, best, "sentences_per_s"),
+             target_tokens_ratio=ratio(ours, best, "target_tokens_per_s"))
+    if "cli" not in args.skip:
+        process = cli_process(args, sources, references, encode)
+        if "fairseq" not in args.skip:
+            theirs = fairseq_generate(args.threads)
+            emit(measurement="decode_process_over_fairseq_generate", round=round_,
+                 target_tokens_ratio=ratio(process, theirs, "target_tokens_per_s"),
+                 sentences_ratio=ratio(process, theirs, "sentences_per_s"))
+
+
+def main() -> None:
+    args = arguments()
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-
     cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}", *args.override])
     sources, references = load_corpus(cfg.data, args.split).pairs()
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     translator = Translator.from_checkpoint(Path(args.checkpoint))
-    encode = translator.vocabulary.encode
-    d = cfg.decode
-    options = dict(beam_size=d.beam_size, length_penalty=d.length_penalty, max_len_a=d.max_len_a,
-                   max_len_b=d.max_len_b, tokens_per_batch=d.tokens_per_batch)
     if "plain" not in args.skip:
-        n = min(args.plain_limit, len(sources))
-        plain = Translator(PlainModel(translator.model), translator.vocabulary)  # same search, no cache
-        subset_ours = measure("ours_subset", lambda s: translator.translate(s, **options), sources[:n], references[:n], tokenizer=encode)
-        subset_plain = measure("plain_subset", lambda s: plain.translate(s, **options), sources[:n], references[:n], tokenizer=encode)
-        emit(measurement="decode_speedup_over_plain", sentences=n,
-             ratio=round(subset_ours["sentences_per_s"] / subset_plain["sentences_per_s"], 2),
-             same_bleu=subset_ours["bleu"] == subset_plain["bleu"],
-             output_tokens_per_sentence=round(subset_ours["target_tokens_per_s"] / subset_ours["sentences_per_s"], 1))
-    if "fairseq" not in args.skip and not ANCHOR_CHECKPOINT.exists():
-        emit(measurement="decode_fairseq_generate_process", skipped="no anchor checkpoint: bash ../shared/anchors/fairseq/setup.sh; "
-             "bash ../shared/anchors/fairseq/run.sh train 17")
+        against_plain(translator, cfg.decode, sources, references, args.plain_limit)
+    if not fairseq_comparable(args):
         args.skip.append("fairseq")
-    elif "fairseq" not in args.skip and (args.limit or args.split != "test" or args.override or args.config != "tiny"):
-        emit(measurement="decode_fairseq_generate_process", skipped="run.sh decode translates the whole Multi30k test "
-             "split: compared only for --config tiny without --limit, --split or --override")
-        args.skip.append("fairseq")
-
     with tempfile.TemporaryDirectory() as folder:
+        ct2_folder = None
         if "ctranslate2" not in args.skip:
-            from translate.export.verb import ctranslate2_translate, export
-            export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={folder}/ct2"]))
+            from translate.export.verb import export
+
+            ct2_folder = f"{folder}/ct2"
+            export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={ct2_folder}"]))
         for round_ in range(1, args.rounds + 1):
-            ours = measure("ours", lambda s: translator.translate(s, **options), sources, references,
-                           tokenizer=encode, beam_size=d.beam_size, round=round_)
-            if "ctranslate2" not in args.skip:
-                ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(f"{folder}/ct2", s, beam_size=d.beam_size, threads=args.threads, length_penalty=d.length_penalty),
-                              sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
-                # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
-                one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(f"{folder}/ct2", s, d.beam_size, d.length_penalty, args.threads),
-                                   sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
-                best = max((ct2, one_call), key=lambda r: r["sentences_per_s"])
-                emit(measurement="decode_ours_over_ctranslate2", round=round_, ratio=ratio(ours, best, "sentences_per_s"),
-                     target_tokens_ratio=ratio(ours, best, "target_tokens_per_s"))
-            if "cli" not in args.skip:
-                process = cli_process(args, sources, references, encode)
-                if "fairseq" not in args.skip:
-                    theirs = fairseq_generate(args.threads)
-                    emit(measurement="decode_process_over_fairseq_generate", round=round_,
-                         target_tokens_ratio=ratio(process, theirs, "target_tokens_per_s"),
-                         sentences_ratio=ratio(process, theirs, "sentences_per_s"))
+            one_round(round_, args, translator, cfg.decode, sources, references, ct2_folder)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,22 @@ def synthetic_batch(tokens: int, mean_length: int, vocab: int, rng: np.random.Ge
     return Batch(src, tgt_in, tgt_out, np.arange(rows), PAD)
 
 
+def utilisation(name: str, tokens: int, rate: float, per_token: float, peaks) -> dict:
+    """MFU against the measured (and the spec) peak, and the paper's schedule projected at this
+    rate: on one GPU where it does the whole 25k-token update, else on the GPUs that share it."""
+    record = {"mfu_measured_peak": round(rate * per_token / peaks["measured"], 3)}
+    if "spec" in peaks:
+        record["mfu_spec_peak"] = round(rate * per_token / peaks["spec"], 3)
+    hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
+    if PAPER_STEPS[name]:
+        if tokens >= PAPER_TOKENS_PER_UPDATE:  # one GPU does the whole update
+            record["projected_paper_hours_on_1"] = round(PAPER_STEPS[name] * hours_per_update, 1)
+        else:  # the per-GPU share of an update shared by 25000 / tokens GPUs
+            gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
+            record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
+    return record
+
+
 def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks) -> None:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -126,23 +142,14 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
         synchronize(device)
         pending.clear()
         rate = rates[host_reads] = target / (time.perf_counter() - start)
-        hours_per_update = PAPER_TOKENS_PER_UPDATE / rate / 3600
         record = dict(
             measurement="train_gpu", model=name, precision=args.precision, compiled=args.compile, host_reads=host_reads,
             parameters=model.num_parameters(), tokens_per_batch=tokens, target_tokens_per_batch=round(target / args.steps),
             padding=round(1 - real / padded, 3), steps=args.steps, warmup_s=round(warmup_seconds, 1),
             target_tokens_per_s=round(rate), gflop_per_target_token=round(per_token / 1e9, 3),
-            mfu_measured_peak=round(rate * per_token / peaks["measured"], 3),
             peak_memory_gb=round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
+            **utilisation(name, tokens, rate, per_token, peaks),
         )
-        if "spec" in peaks:
-            record["mfu_spec_peak"] = round(rate * per_token / peaks["spec"], 3)
-        if PAPER_STEPS[name]:
-            if tokens >= PAPER_TOKENS_PER_UPDATE:  # one GPU does the whole update
-                record["projected_paper_hours_on_1"] = round(PAPER_STEPS[name] * hours_per_update, 1)
-            else:  # the per-GPU share of an update shared by 25000 / tokens GPUs
-                gpus = round(PAPER_TOKENS_PER_UPDATE / tokens)
-                record[f"projected_paper_hours_on_{gpus}"] = round(PAPER_STEPS[name] * hours_per_update / gpus, 2)
         if host_reads != args.host_reads[0]:
             record[f"ratio_to_{args.host_reads[0]}"] = round(rate / rates[args.host_reads[0]], 3)
         emit(**record)

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from translate.training import flops  # noqa: E402
-from translate.data.batching import collate, pad, token_batches  # noqa: E402
-from translate.data.cache import prepare  # noqa: E402
+from translate.data.batching import collate, token_batches  # noqa: E402
+from translate.data.prepare import prepare  # noqa: E402
 from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
 
 PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # the tiny config trains its own vocabulary
@@ -84,6 +84,48 @@ def time_steps(run_one, batches, warmup: int):
     return time.perf_counter() - start, tokens
 
 
+def measure_ours(cfg, model_cfg, ours, warmup: int) -> float:
+    """Our training step's target tokens/s on these batches (after `warmup` untimed ones)."""
+    model = Transformer(model_cfg)
+    optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, len(ours))
+    objective = LabelSmoothedObjective(model, cfg.train.label_smoothing)
+
+    def our_step(batch):
+        stats = train_step(objective, [batch])
+        apply_update(model, optimizer, schedule, None, cfg.optim.clip_norm)  # as the training loop
+        return stats.target_tokens
+
+    seconds, tokens = time_steps(our_step, ours, warmup)
+    return tokens / seconds
+
+
+def reference_batches(data, sentences: int, n: int):
+    """n shuffled fixed-size batches of `sentences` pairs, padded to their longest member."""
+    order = np.random.default_rng(1).permutation(len(data.train))
+    batches = [collate(data.train, order[i * sentences : (i + 1) * sentences], data.vocabulary.specials) for i in range(n)]
+    return [(b.src, b.tgt_in, b.tgt_out) for b in batches]
+
+
+def measure_reference(cfg, model_cfg, batches, warmup: int) -> float:
+    """The torch.nn.Transformer reference's target tokens/s on these batches."""
+    reference = Reference(model_cfg)
+    ref_optimizer = torch.optim.Adam(reference.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def reference_step(batch):
+        src, tgt_in, tgt_out = batch
+        logits = reference(src, tgt_in)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt_out.view(-1), ignore_index=PAD,
+                               label_smoothing=cfg.train.label_smoothing, reduction="sum")
+        target_tokens = int((tgt_out != PAD).sum())
+        (loss / target_tokens).backward()
+        ref_optimizer.step()
+        ref_optimizer.zero_grad(set_to_none=True)
+        return target_tokens
+
+    seconds, tokens = time_steps(reference_step, batches, warmup)
+    return tokens / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", choices=["tiny", "base", "big"])
@@ -103,59 +145,24 @@ def main() -> None:
     batches = token_batches(split.src_lengths, split.tgt_lengths, args.tokens_per_batch, seed=1, epoch=0)
     n = args.warmup + args.steps
     ours = [collate(split, b, data.vocabulary.specials) for b in batches[:n]]
-    src_len = float(np.mean(split.src_lengths)) + 1
-    tgt_len = float(np.mean(split.tgt_lengths)) + 1
-    per_token = flops.flops_per_target_token(model_cfg, src_len, tgt_len)
-
+    per_token = flops.flops_per_target_token(model_cfg, float(np.mean(split.src_lengths)) + 1,
+                                             float(np.mean(split.tgt_lengths)) + 1)
     peak = matmul_peak()
     emit(measurement="matmul_peak", gflops=round(peak, 1), threads=args.threads)
 
-    model = Transformer(model_cfg)
-    optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, n)
-    objective = LabelSmoothedObjective(model, cfg.train.label_smoothing)
-
-    def our_step(batch):
-        stats = train_step(objective, [batch])
-        apply_update(model, optimizer, schedule, None, cfg.optim.clip_norm)  # as the training loop
-        return stats.target_tokens
-
-    seconds, tokens = time_steps(our_step, ours, args.warmup)
-    ours_rate = tokens / seconds
+    ours_rate = measure_ours(cfg, model_cfg, ours, args.warmup)
     padding = 1 - sum(b.real_tokens for b in ours) / sum(b.padded_tokens for b in ours)
     emit(measurement="train_ours", model=args.model, target_tokens_per_s=round(ours_rate, 1),
          mfu=round(ours_rate * per_token / (peak * 1e9), 3), gflop_per_target_token=round(per_token / 1e9, 4),
          padding=round(padding, 3), steps=args.steps, tokens_per_batch=args.tokens_per_batch)
-
     if args.skip_reference:
         return
-    # The reference: shuffled fixed-size sentence batches, padded to their longest member.
-    # As many sentences as our batches hold on average, so both see the same real tokens.
+    # The reference: as many sentences per batch as ours hold on average, so both see the same real tokens.
     sentences = max(1, round(sum(len(b.indices) for b in ours) / len(ours)))
-    order = np.random.default_rng(1).permutation(len(split))
-    reference_batches = []
-    for i in range(n):
-        idx = order[i * sentences : (i + 1) * sentences]
-        reference_batches.append((pad([split.source(j) for j in idx], PAD, suffix=EOS),
-                                  pad([split.target(j) for j in idx], PAD, prefix=BOS),
-                                  pad([split.target(j) for j in idx], PAD, suffix=EOS)))
-    reference = Reference(model_cfg)
-    ref_optimizer = torch.optim.Adam(reference.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-
-    def reference_step(batch):
-        src, tgt_in, tgt_out = batch
-        logits = reference(src, tgt_in)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt_out.view(-1), ignore_index=PAD,
-                               label_smoothing=cfg.train.label_smoothing, reduction="sum")
-        target_tokens = int((tgt_out != PAD).sum())
-        (loss / target_tokens).backward()
-        ref_optimizer.step()
-        ref_optimizer.zero_grad(set_to_none=True)
-        return target_tokens
-
-    seconds, tokens = time_steps(reference_step, reference_batches, args.warmup)
-    reference_rate = tokens / seconds
-    reference_padding = 1 - sum(int((s != PAD).sum() + (t != PAD).sum()) for s, _, t in reference_batches) / sum(
-        s.numel() + t.numel() for s, _, t in reference_batches)
+    reference = reference_batches(data, sentences, n)
+    reference_rate = measure_reference(cfg, model_cfg, reference, args.warmup)
+    reference_padding = 1 - sum(int((s != PAD).sum() + (t != PAD).sum()) for s, _, t in reference) / sum(
+        s.numel() + t.numel() for s, _, t in reference)
     emit(measurement="train_reference", model=args.model, target_tokens_per_s=round(reference_rate, 1),
          mfu=round(reference_rate * per_token / (peak * 1e9), 3), padding=round(reference_padding, 3),
          sentences_per_batch=sentences, steps=args.steps)

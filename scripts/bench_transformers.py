@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, List
 
@@ -97,13 +98,11 @@ def bench_greedy(overrides: List[str], source: Path, folder: Path, args) -> None
     sources, references = load_corpus(cfg.data, args.split).pairs()
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
-    d = cfg.decode
+    d = replace(cfg.decode, beam_size=1)
     ours, theirs = Translator.from_checkpoint(source), TransformersTranslator(folder)
     systems = {
-        "ours": (lambda: ours.translate(sources, beam_size=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                                        tokens_per_batch=d.tokens_per_batch), dict(tokens_per_batch=d.tokens_per_batch)),
-        "transformers": (lambda: theirs.translate(sources, beam_size=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                                                  batch_size=args.batch_size), dict(batch_size=args.batch_size)),
+        "ours": (lambda: ours.translate(sources, d), dict(tokens_per_batch=d.tokens_per_batch)),
+        "transformers": (lambda: theirs.translate(sources, d, batch_size=args.batch_size), dict(batch_size=args.batch_size)),
     }
     best, outputs = {}, {}
     for round_ in range(1, args.rounds + 1):

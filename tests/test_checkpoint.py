@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, SMALL, need, run_cli
-from translate import checkpoint
+from translate import checkpoint, paths
 from translate.config import ModelConfig, to_plain
 from translate.errors import TranslateError
 from translate.model import Transformer
@@ -32,7 +32,7 @@ def test_average_is_the_elementwise_mean(tmp_path):
 def test_averaging_different_models_fails_clearly(tmp_path):
     write_model(tmp_path / "checkpoint_1.pt", seed=1)
     write_model(tmp_path / "checkpoint_2.pt", seed=2, d_model=32)
-    with pytest.raises(TranslateError, match="another model or vocabulary"):
+    with pytest.raises(TranslateError, match=r"checkpoint_2.pt holds a different model \(d_model .*\): it cannot be averaged"):
         checkpoint.average([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
 
 
@@ -40,9 +40,9 @@ def test_numbered_order_and_prune(tmp_path):
     for step in (10, 2, 100, 30):
         write_model(tmp_path / f"checkpoint_{step}.pt", seed=step, step=step)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")
-    assert [p.name for p in checkpoint.numbered(tmp_path)] == [f"checkpoint_{s}.pt" for s in (2, 10, 30, 100)]
+    assert [p.name for p in paths.numbered_checkpoints(tmp_path)] == [f"checkpoint_{s}.pt" for s in (2, 10, 30, 100)]
     checkpoint.prune(tmp_path, keep_last=2)
-    assert [p.name for p in checkpoint.numbered(tmp_path)] == ["checkpoint_30.pt", "checkpoint_100.pt"]
+    assert [p.name for p in paths.numbered_checkpoints(tmp_path)] == ["checkpoint_30.pt", "checkpoint_100.pt"]
     assert (tmp_path / "checkpoint_last.pt").exists()
 
 
@@ -53,7 +53,7 @@ def test_train_keeps_the_last_numbered_checkpoints_and_decode_averages_them(tmp_
                               f"run_dir={run_dir}", f"data.cache_dir={tmp_path}/cache"]
     result = run_cli("train", *overrides)
     assert result.returncode == 0, result.stderr
-    assert [p.name for p in checkpoint.numbered(run_dir)] == ["checkpoint_4.pt", "checkpoint_6.pt", "checkpoint_8.pt"]
+    assert [p.name for p in paths.numbered_checkpoints(run_dir)] == ["checkpoint_4.pt", "checkpoint_6.pt", "checkpoint_8.pt"]
     assert "optimizer" in checkpoint.load(run_dir / "checkpoint_last.pt")
     assert "optimizer" not in checkpoint.load(run_dir / "checkpoint_8.pt")  # weights only
 
@@ -76,7 +76,7 @@ def test_time_based_checkpoints(tmp_path):
                               f"run_dir={run_dir}", f"data.cache_dir={tmp_path}/cache"]
     result = run_cli("train", *overrides)
     assert result.returncode == 0, result.stderr
-    assert [p.name for p in checkpoint.numbered(run_dir)] == ["checkpoint_1.pt", "checkpoint_2.pt", "checkpoint_3.pt"]
+    assert [p.name for p in paths.numbered_checkpoints(run_dir)] == ["checkpoint_1.pt", "checkpoint_2.pt", "checkpoint_3.pt"]
 
 
 class Planted:

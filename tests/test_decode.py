@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import MULTI30K, need, run_cli
+from translate.config import DecodeConfig
 from translate.decode import Translator, format_output
 from translate.search import greedy_search
 
@@ -25,27 +27,26 @@ def sentences():
 
 
 def test_results_do_not_depend_on_batching(translator, sentences):
-    together = translator.translate(sentences, beam_size=4, tokens_per_batch=100000, max_len_b=10)
-    small = translator.translate(sentences, beam_size=4, tokens_per_batch=50, max_len_b=10)
-    alone = [translator.translate([s], beam_size=4, max_len_b=10)[0] for s in sentences[:5]]
+    together = translator.translate(sentences, DecodeConfig(beam_size=4, tokens_per_batch=100000, max_len_b=10))
+    small = translator.translate(sentences, DecodeConfig(beam_size=4, tokens_per_batch=50, max_len_b=10))
+    alone = [translator.translate([s], DecodeConfig(beam_size=4, max_len_b=10))[0] for s in sentences[:5]]
     assert together == small
     assert together[:5] == alone
 
 
 def test_beam_one_is_greedy(translator, sentences):
-    from translate.data.batching import pad
-    import numpy as np
-
     ids, specials = translator.vocabulary.encode(sentences[:8]), translator.vocabulary.specials
-    state = translator.model.start_state(pad([np.asarray(i) for i in ids], specials.pad, suffix=specials.eos))
+    width = max(map(len, ids)) + 1
+    src = torch.tensor([i + [specials.eos] + [specials.pad] * (width - len(i) - 1) for i in ids])  # (B, S)
+    state = translator.model.start_state(src)
     greedy = greedy_search(translator.model.step, state, [len(i) + 11 for i in ids], specials.bos, specials.eos,
                            banned=translator.vocabulary.never_generated)
-    beam_one = translator.search(sentences[:8], beam_size=1, max_len_b=10)
+    beam_one = translator.search(sentences[:8], DecodeConfig(beam_size=1, max_len_b=10))
     assert [h[0].tokens for h in beam_one] == greedy
 
 
 def test_nbest_lists_are_sorted_and_formatted(translator, sentences):
-    results = translator.search(sentences[:3], beam_size=4, max_len_b=8)
+    results = translator.search(sentences[:3], DecodeConfig(beam_size=4, max_len_b=8))
     lines = format_output(translator, results, nbest=3)
     assert len(lines) == 9
     for index in range(3):
@@ -53,19 +54,19 @@ def test_nbest_lists_are_sorted_and_formatted(translator, sentences):
         assert all(row[0] == str(index) for row in rows)
         scores = [float(row[1]) for row in rows]
         assert scores == sorted(scores, reverse=True)
-    assert format_output(translator, results, nbest=1) == translator.translate(sentences[:3], beam_size=4, max_len_b=8)
+    assert format_output(translator, results, nbest=1) == translator.translate(sentences[:3], DecodeConfig(beam_size=4, max_len_b=8))
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(translator, sentences):
-    first = translator.search(sentences[:6], sampling=True, seed=3, max_len_b=8)
-    again = translator.search(sentences[:6], sampling=True, seed=3, max_len_b=8)
-    other = translator.search(sentences[:6], sampling=True, seed=4, temperature=2.0, max_len_b=8)
+    first = translator.search(sentences[:6], DecodeConfig(sampling=True, seed=3, max_len_b=8))
+    again = translator.search(sentences[:6], DecodeConfig(sampling=True, seed=3, max_len_b=8))
+    other = translator.search(sentences[:6], DecodeConfig(sampling=True, seed=4, temperature=2.0, max_len_b=8))
     assert [h[0].tokens for h in first] == [h[0].tokens for h in again]
     assert [h[0].tokens for h in first] != [h[0].tokens for h in other]
-    top1 = translator.search(sentences[:6], sampling=True, top_k=1, max_len_b=8)
-    greedy = translator.search(sentences[:6], beam_size=1, max_len_b=8)
+    top1 = translator.search(sentences[:6], DecodeConfig(sampling=True, top_k=1, max_len_b=8))
+    greedy = translator.search(sentences[:6], DecodeConfig(beam_size=1, max_len_b=8))
     assert [h[0].tokens for h in top1] == [h[0].tokens for h in greedy]
-    nucleus = translator.search(sentences[:6], sampling=True, top_p=1e-6, max_len_b=8)  # only the top token
+    nucleus = translator.search(sentences[:6], DecodeConfig(sampling=True, top_p=1e-6, max_len_b=8))  # only the top token
     assert [h[0].tokens for h in nucleus] == [h[0].tokens for h in greedy]
 
 
@@ -136,5 +137,5 @@ def test_the_source_cap_is_the_translators_own(translator):
     encoded = translator.vocabulary.encode([long_sentence])[0]
     assert len(encoded) > 300
     cut = translator.vocabulary.decode([encoded[:300]])[0]
-    ours = translator.search([long_sentence], beam_size=2, max_len_b=5, max_source_length=300)
-    assert ours[0][0].tokens == translator.search([cut], beam_size=2, max_len_b=5)[0][0].tokens
+    ours = translator.search([long_sentence], DecodeConfig(beam_size=2, max_len_b=5, max_source_length=300))
+    assert ours[0][0].tokens == translator.search([cut], DecodeConfig(beam_size=2, max_len_b=5))[0][0].tokens

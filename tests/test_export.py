@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, need, run_cli
+from translate.config import DecodeConfig
 from translate.decode import Translator
 
 
@@ -86,13 +87,13 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
 def test_greedy_translations_equal_decode(exported):
     """200 real sentences, greedy. The 30-step model mostly runs to the length cap, whose
     limit both sides share, so capped outputs are compared too (the longest agreements)."""
-    from translate.export.verb import ctranslate2_translate
+    from translate.export.ctranslate2 import ctranslate2_translate
 
     checkpoint, folder = exported
     translator = Translator.from_checkpoint(checkpoint)
     sources, _ = multi30k_test(200)
-    ours = translator.translate(sources, beam_size=1)
-    theirs = ctranslate2_translate(folder, sources, beam_size=1, threads=1)
+    ours = translator.translate(sources, DecodeConfig(beam_size=1))
+    theirs = ctranslate2_translate(folder, sources, DecodeConfig(beam_size=1), threads=1)
     same = sum(a == b for a, b in zip(ours, theirs))
     assert same >= 0.99 * len(sources), f"{same}/{len(sources)} identical"
 
@@ -110,10 +111,10 @@ def test_bad_format_foreign_folder_and_missing_checkpoint_are_one_line_errors(tm
 
 
 def test_default_folder_is_under_run_dir(compose, tmp_path):
-    from translate.export.verb import output_dir
+    from translate.paths import export_dir
 
-    assert output_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
-    assert output_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"
+    assert export_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
+    assert export_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"
 
 
 def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(foreign_run, tmp_path):
@@ -121,7 +122,7 @@ def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(fore
     decoded with the average of its last checkpoints, and exported to CTranslate2, which
     translates as we do (the added pad id never reaches sentencepiece)."""
     from tests.conftest import run_dir_of
-    from translate.export.verb import ctranslate2_translate
+    from translate.export.ctranslate2 import ctranslate2_translate
 
     sources, _ = multi30k_test(100)
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
@@ -131,12 +132,12 @@ def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(fore
     translator = Translator.from_checkpoint(average)
     assert translator.vocabulary.specials.pad == len(translator.vocabulary) - 1  # added after the pieces
     decoded = (tmp_path / "out.de").read_text(encoding="utf-8").splitlines()
-    assert decoded == translator.translate(sources, beam_size=1)
+    assert decoded == translator.translate(sources, DecodeConfig(beam_size=1))
     folder = tmp_path / "ct2"
     run_cli("export", *foreign_run, f"export.output={folder}", check=True)
     pieces = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
     assert pieces[:3] == ["<unk>", "<s>", "</s>"] and pieces[-1] == "<pad>"
-    theirs = ctranslate2_translate(folder, sources, beam_size=1, threads=1)
+    theirs = ctranslate2_translate(folder, sources, DecodeConfig(beam_size=1), threads=1)
     assert sum(a == b for a, b in zip(decoded, theirs)) >= 99
 
 

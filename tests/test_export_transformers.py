@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from tests.conftest import run_cli, run_dir_of
 from tests.test_export import multi30k_test
+from translate.config import DecodeConfig
 from translate.decode import Translator
 
 transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed")
@@ -59,7 +60,7 @@ def greedy_before_cap(checkpoint: Path, count: int) -> Tuple[List[str], List[str
     before the length cap (where transformers' cap could differ), and those outputs."""
     translator = Translator.from_checkpoint(checkpoint)
     sources, _ = multi30k_test(count)
-    results = translator.search(sources, beam_size=1)
+    results = translator.search(sources, DecodeConfig(beam_size=1))
     ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.encode(sources)))
              if len(hypotheses[0].tokens) < len(ids) + 50]
     return [sources[i] for i in ended], translator.vocabulary.decode([results[i][0].tokens for i in ended])
@@ -106,7 +107,7 @@ def test_greedy_translations_equal_decode(foreign_export, one_thread):
     checkpoint, folder = foreign_export
     sources, ours = greedy_before_cap(checkpoint, 1000)
     assert len(sources) >= 500, f"only {len(sources)} outputs end before the cap: train the model longer"
-    theirs = transformers_translate(folder, sources, beam_size=1)
+    theirs = transformers_translate(folder, sources, DecodeConfig(beam_size=1))
     same = sum(a == b for a, b in zip(ours, theirs))
     assert same >= 0.99 * len(sources), f"{same}/{len(sources)} identical"
 
@@ -122,7 +123,7 @@ def test_pipeline_translates_as_decode(foreign_export, one_thread):
     translate = transformers.pipeline("translation", model=str(folder))
     assert [r["translation_text"] for r in translate(sources, num_beams=1)] == ours
     beam = translate(sources[0])[0]["translation_text"]
-    assert beam and beam == transformers_translate(folder, sources[:1], beam_size=4)[0]
+    assert beam and beam == transformers_translate(folder, sources[:1], DecodeConfig(beam_size=4))[0]
 
 
 def test_run_record_and_model_card(foreign_run, tmp_path):

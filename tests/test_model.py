@@ -4,12 +4,13 @@ the paper's formulas computed by hand, and invariances any correct implementatio
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
-from translate.config import ModelConfig, Norm, Positions
+from translate.config import TABLE_3, ModelConfig, Norm, Positions
 from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
 
 D, H, FF, N, V = 32, 4, 64, 2, 40
@@ -414,26 +415,27 @@ def test_checkpoints_from_before_padding_load_unpadded():
 # --- Table 3's variants and pre-norm -------------------------------------------------------
 
 
-TABLE_3 = {  # row: (overrides of base, the paper's "params x10^6")
-    "base": ({}, 65),
-    "A h=1": (dict(heads=1, d_k=512, d_v=512), 65), "A h=4": (dict(heads=4, d_k=128, d_v=128), 65),
-    "A h=16": (dict(heads=16, d_k=32, d_v=32), 65), "A h=32": (dict(heads=32, d_k=16, d_v=16), 65),
-    "B d_k=16": (dict(d_k=16), 58), "B d_k=32": (dict(d_k=32), 60),
-    "C N=2": (dict(layers=2), 36), "C N=4": (dict(layers=4), 50), "C N=8": (dict(layers=8), 80),
-    "C d_model=256": (dict(d_model=256, d_k=32, d_v=32), 28), "C d_model=1024": (dict(d_model=1024, d_k=128, d_v=128), 168),
-    "C d_ff=1024": (dict(d_ff=1024), 53), "C d_ff=4096": (dict(d_ff=4096), 90),
-    "big": (dict(d_model=1024, d_ff=4096, heads=16), 213),
-}
-
-
-@pytest.mark.parametrize("row", list(TABLE_3))
-def test_parameter_counts_of_table_3_rows(row):
-    """Every row within 3% of the paper's count, with one vocabulary for all: 40.7k, where
-    base's 65M fits (the paper's "about 37000" and rounded counts; at 37k row B falls outside)."""
-    overrides, paper = TABLE_3[row]
+@pytest.mark.parametrize("row", [name for name, variant in TABLE_3.items() if variant.paper_params])
+def test_parameter_counts_of_table_3_rows(row, compose):
+    """Every row, composed from its command-line overrides of config=base, within 3% of the
+    paper's count, with one vocabulary for all: 40.7k, where base's 65M fits (the paper's
+    "about 37000" and rounded counts; at 37k row B falls outside)."""
+    variant = TABLE_3[row]
+    model_cfg = replace(compose("train", "config=base", *variant.overrides).model, vocab_size=40700)
     with torch.device("meta"):
-        n = Transformer(ModelConfig(vocab_size=40700, **overrides)).num_parameters()
-    assert n == pytest.approx(paper * 1e6, rel=0.03)
+        n = Transformer(model_cfg).num_parameters()
+    assert n == pytest.approx(variant.paper_params * 1e6, rel=0.03)
+
+
+def test_table_3_rows_widths_per_head():
+    """Row A keeps d_k = d_v = d_model / h, row C's widths keep 8 heads of d_model / 8, row B
+    sets d_k alone (d_v stays 64): the rule ModelConfig applies to the overrides."""
+    widths = {name: ModelConfig(**{key.split(".")[1]: int(value) for key, value in (o.split("=") for o in v.overrides)})
+              for name, v in TABLE_3.items() if v.row in "ABC" and v.row}
+    assert [(widths[f"A h={h}"].key_width, widths[f"A h={h}"].value_width) for h in (1, 4, 16, 32)] == [
+        (512, 512), (128, 128), (32, 32), (16, 16)]
+    assert (widths["B d_k=16"].key_width, widths["B d_k=16"].value_width) == (16, 64)
+    assert widths["C d_model=256"].key_width == 32 and widths["C d_model=1024"].key_width == 128
 
 
 def pre_norm_config(**overrides) -> ModelConfig:

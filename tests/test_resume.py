@@ -47,7 +47,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     need(MULTI30K)
     hook = """
 import os, signal
-import translate.checkpoint as c
+import translate.paths as c
 original, calls = os.replace, []
 def dying_replace(source, target):
     calls.append(target)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tests.conftest import MULTI30K, SMALL, need, run_cli
 from translate.data.batching import collate, token_batches
-from translate.data.cache import prepare
+from translate.data.prepare import prepare
 from translate.model import Transformer
 from translate.config import OptimConfig
 from translate.training.optim import build_optimizer
@@ -175,7 +175,7 @@ def test_zero_periods_mean_never(tmp_path):
 
 def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
     """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.training.trainer import bar_total
+    from translate.training.monitor import bar_total
 
     assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
     assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s

@@ -11,10 +11,8 @@ from before it was recorded: 0, 1, 2, 3), `languages`, `step` (all built by `wei
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import re
-import tempfile
 import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -43,24 +41,15 @@ def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, la
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`: a failed
-    write (a full disk, a file-size limit) leaves the previous file as it was, and says so."""
+    """Write atomically and on disk (paths.atomic_write): a failed write (a full disk, a
+    file-size limit) leaves the previous file as it was, and says so."""
     missing = [key for key in REQUIRED if key not in payload]
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as error:
-        raise TranslateError(f"cannot write {path}: {error.strerror or error}") from None
-    try:
-        with os.fdopen(handle, "wb") as file:
+        with paths.atomic_write(path, binary=True, sync=True) as file:
             torch.save(payload, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
     except BaseException as error:
-        Path(temporary).unlink(missing_ok=True)
         failed = _os_error(error)
         if failed is None:
             raise
@@ -124,20 +113,27 @@ def vocabulary(payload: Dict[str, Any]) -> Vocabulary:
 
 
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:
-    """'d_model 512 != 256, ...' for the fields that differ."""
+    """'d_model 512 != 256, ...' for the fields that differ (dropout aside: it changes how a
+    model trains, not what its weights mean)."""
     a, b = asdict(saved), asdict(wanted)
     return ", ".join(f"{k} {a[k]} != {b[k]}" for k in a if a[k] != b[k] and k != "dropout")
 
 
-def numbered(run_dir: Path) -> List[Path]:
-    """The numbered checkpoints in run_dir (checkpoint_<update>.pt), oldest first."""
-    found = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint_*.pt") if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name))]
-    return [p for _, p in sorted(found)]
+def check_same_model(path: Path, payload: Dict[str, Any], model_cfg: ModelConfig, model_bytes: bytes,
+                     specials: SpecialIds, advice: str = "use another run_dir, or move the checkpoint away") -> None:
+    """Refuse a checkpoint of another model than model_cfg, or of another vocabulary than the
+    sentencepiece model `model_bytes` with these special ids, naming what differs (and
+    `advice`, what to do about it)."""
+    difference = describe_difference(model_config(payload), model_cfg)
+    if difference:
+        raise TranslateError(f"{path} holds a different model ({difference}): {advice}")
+    if payload["vocabulary"] != model_bytes or SpecialIds.from_dict(payload.get("specials")) != specials:
+        raise TranslateError(f"{path} was trained with another vocabulary: {advice}")
 
 
 def prune(run_dir: Path, keep_last: int) -> None:
     """Delete all but the newest keep_last numbered checkpoints."""
-    for path in numbered(run_dir)[: -keep_last or None] if keep_last > 0 else []:
+    for path in paths.numbered_checkpoints(run_dir)[: -keep_last or None] if keep_last > 0 else []:
         path.unlink(missing_ok=True)
 
 
@@ -148,10 +144,8 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     payloads = [load(path) for path in sources]
     first = payloads[0]
     for path, payload in zip(sources[1:], payloads[1:]):
-        specials = [SpecialIds.from_dict(p.get("specials")) for p in (payload, first)]
-        same_vocabulary = payload["vocabulary"] == first["vocabulary"] and specials[0] == specials[1]
-        if payload["model_config"] != first["model_config"] or not same_vocabulary:
-            raise TranslateError(f"{path} holds another model or vocabulary than {sources[0]}: cannot average them")
+        check_same_model(path, payload, model_config(first), first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
+                         f"it cannot be averaged with {sources[0]}")
     mean = {}
     for name, tensor in first["model"].items():
         stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
@@ -166,7 +160,7 @@ def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
     training in run_dir may delete the oldest of them meanwhile (checkpoint.keep_last): then
     they are listed again."""
     for attempt in range(tries):
-        sources = numbered(run_dir)[-count:]
+        sources = paths.numbered_checkpoints(run_dir)[-count:]
         if not sources:
             raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
         try:
@@ -201,7 +195,7 @@ def for_decoding(cfg: TranslateConfig) -> Path:
     are newer than it, so that train, decode, bleu need no extra step."""
     path = paths.checkpoint(cfg)
     if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
-        sources = numbered(path.parent)
+        sources = paths.numbered_checkpoints(path.parent)
         if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
             return path.parent / paths.LAST_CHECKPOINT
         stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))

@@ -34,13 +34,13 @@ from translate.hydra_cli import (
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
 # so that `translate` alone and `translate bleu` start fast.
 VERBS: Dict[str, tuple] = {
-    "prepare": ("translate.data.cache:prepare_verb", "clean, build the vocabulary and encode the corpus once (train does it too)"),
+    "prepare": ("translate.data.prepare:prepare_verb", "clean, build the vocabulary and encode the corpus once (train does it too)"),
     "train": ("translate.training.trainer:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
     "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
     "table": ("translate.compare:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
-    "export": ("translate.export.verb:export", "write the model for CTranslate2 (export.output=DIR)"),
+    "export": ("translate.export.verb:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
 }
 
 USAGE = (

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
+from translate import paths
 from translate.training import run_record
 from translate.config import TableFormat, TranslateConfig
 from translate.errors import TranslateError
@@ -26,12 +27,12 @@ def run_dirs(folders: List[str]) -> List[Path]:
     folder for its jobs (the folders below it with a record); anything else is refused."""
     runs: List[Path] = []
     for folder in map(Path, folders):
-        if run_record.path(folder).is_file():
+        if paths.run_record(folder).is_file():
             runs.append(folder)
             continue
-        jobs = sorted(p.parent for p in folder.glob(f"*/{run_record.RECORD}")) if folder.is_dir() else []
+        jobs = sorted(p.parent for p in folder.glob(f"*/{paths.RUN_RECORD}")) if folder.is_dir() else []
         if not jobs:
-            raise TranslateError(f"{folder} is not a run: it has no {run_record.RECORD} (translate train writes one), "
+            raise TranslateError(f"{folder} is not a run: it has no {paths.RUN_RECORD} (translate train writes one), "
                                  "nor has any folder below it")
         runs.extend(jobs)
     return runs

@@ -204,25 +204,21 @@ class ValidConfig:
 
 @dataclass
 class DecodeConfig:
-    """Beam search (section 6.1) on a dataset split or a text file."""
+    """Beam search (section 6.1) on a dataset split or a text file: every setting of a search,
+    which the decoder and both exports take as it is."""
 
     split: str = "test"  # dataset split to translate (newstest2014 for WMT14)
-    input: Optional[str] = None  # a file of source sentences instead of a split
-    output: Optional[str] = None  # where translations go; default <run_dir>/decode/<split>.hyp
-    checkpoint: Optional[str] = None  # default <run_dir>/checkpoint_last.pt
+    input: Optional[str] = None  # a file of source sentences instead of a split (- : stdin to stdout)
+    output: Optional[str] = None  # where translations go; default <run_dir>/decode/<split or input name>.<tgt_lang>
+    checkpoint: Optional[str] = None  # default <run_dir>/checkpoint_average.pt with checkpoint.average_last, else checkpoint_last.pt
     beam_size: int = 4  # hypotheses kept per sentence; 1 is greedy search
     length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
-    max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
+    max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b (output_cap)
     max_len_b: int = 50
     # Source tokens kept of an input line (sentencepiece pieces, before EOS): longer lines are
     # cut to it, with a warning naming them; every decoder and the exports' position tables
-    # serve this much (and its output cap, max_len_a * it + max_len_b).
+    # serve this much (and its output cap).
     max_source_length: int = 1024
-
-    def positions(self) -> int:
-        """Positions a model must serve: max_source_length source tokens and EOS, or their
-        longest output and BOS."""
-        return max(self.max_source_length + 1, int(self.max_len_a * self.max_source_length + self.max_len_b) + 2)
     tokens_per_batch: int = 16000  # padded source tokens times beam size per decoding batch
     nbest: int = 1  # hypotheses written per sentence (index, score, text; tab-separated when > 1)
     sampling: bool = False  # sample instead of searching (temperature, top_k, top_p apply)
@@ -238,6 +234,16 @@ class DecodeConfig:
             raise ValueError(f"decode.temperature ({self.temperature}) must be positive")
         if self.max_source_length < 1:
             raise ValueError(f"decode.max_source_length ({self.max_source_length}) must be at least 1")
+
+    def output_cap(self, source_length: int) -> int:
+        """Output tokens allowed (EOS aside) for a source of this many tokens (EOS aside):
+        max_len_a * source_length + max_len_b (the paper: input length + 50)."""
+        return int(self.max_len_a * source_length + self.max_len_b)
+
+    def positions(self) -> int:
+        """Positions a model must serve: max_source_length source tokens and EOS, or their
+        longest output, its EOS and BOS."""
+        return max(self.max_source_length + 1, self.output_cap(self.max_source_length) + 2)
 
 
 @dataclass
@@ -287,3 +293,40 @@ class TranslateConfig:
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     table: TableConfig = field(default_factory=TableConfig)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the paper's Table 3 as command-line overrides of a preset."""
+
+    row: str  # the paper's row: "A" .. "E", "base", "big", or "" where the paper has none
+    overrides: List[str]  # e.g. ["model.heads=1"]; per-head widths follow d_model / heads unless set
+    paper_params: Optional[int] = None  # the paper's "params x10^6", where it gives one
+
+
+# Every row of the model-variation study (Table 3), the big model and pre-norm, by name:
+# `translate train config=base` + the overrides (scripts/table3_mini.py runs some at the tiny
+# size; docs/table3.md shows them, checked against this).
+TABLE_3: Dict[str, Variant] = {
+    "base": Variant("base", [], 65),
+    "A h=1": Variant("A", ["model.heads=1"], 65),
+    "A h=4": Variant("A", ["model.heads=4"], 65),
+    "A h=16": Variant("A", ["model.heads=16"], 65),
+    "A h=32": Variant("A", ["model.heads=32"], 65),
+    "B d_k=16": Variant("B", ["model.d_k=16"], 58),
+    "B d_k=32": Variant("B", ["model.d_k=32"], 60),
+    "C N=2": Variant("C", ["model.layers=2"], 36),
+    "C N=4": Variant("C", ["model.layers=4"], 50),
+    "C N=8": Variant("C", ["model.layers=8"], 80),
+    "C d_model=256": Variant("C", ["model.d_model=256"], 28),
+    "C d_model=1024": Variant("C", ["model.d_model=1024"], 168),
+    "C d_ff=1024": Variant("C", ["model.d_ff=1024"], 53),
+    "C d_ff=4096": Variant("C", ["model.d_ff=4096"], 90),
+    "D P_drop=0.0": Variant("D", ["model.dropout=0.0"]),
+    "D P_drop=0.2": Variant("D", ["model.dropout=0.2"]),
+    "D eps_ls=0.0": Variant("D", ["train.label_smoothing=0.0"]),
+    "D eps_ls=0.2": Variant("D", ["train.label_smoothing=0.2"]),
+    "E learned positions": Variant("E", ["model.positions=learned"]),
+    "big": Variant("big", ["model.d_model=1024", "model.d_ff=4096", "model.heads=16", "model.dropout=0.3"], 213),
+    "pre-norm": Variant("", ["model.norm=pre"]),
+}

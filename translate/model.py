@@ -84,14 +84,11 @@ class MultiHeadAttention(nn.Module):
     Each head's queries and keys are d_k wide, its values d_v (Table 3, rows A and B).
     """
 
-    def __init__(self, d_model: int, heads: int, self_attention: bool, d_k: Optional[int] = None,
-                 d_v: Optional[int] = None):
+    def __init__(self, d_model: int, heads: int, self_attention: bool, d_k: int, d_v: int):
         super().__init__()
-        if (d_k is None or d_v is None) and d_model % heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
         self.heads = heads
         self.self_attention = self_attention
-        self.d_k, self.d_v = d_k or d_model // heads, d_v or d_model // heads
+        self.d_k, self.d_v = d_k, d_v  # ModelConfig.key_width and value_width
         # The widths of the fused projection's blocks: Q, K, V (self-attention) or K, V.
         self.widths = [heads * self.d_k] * (2 if self_attention else 1) + [heads * self.d_v]
         if self_attention:
@@ -192,7 +189,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.d_k, cfg.d_v)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.key_width, cfg.value_width)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(2)])
 
@@ -206,8 +203,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.d_k, cfg.d_v)
-        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, False, cfg.d_k, cfg.d_v)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.key_width, cfg.value_width)
+        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, False, cfg.key_width, cfg.value_width)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(3)])
 

@@ -1,9 +1,16 @@
-"""Where each verb reads and writes inside run_dir, so that the verbs chain by default; and the
-project root, where configs/ and local datasets are found."""
+"""Every file name inside a run_dir, so that the verbs chain by default (train writes what decode
+reads, decode what bleu reads); the project root, where configs/ and local datasets are found;
+and the one way files are written here: atomically.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Iterator, List
 
 from translate.config import TranslateConfig
 
@@ -12,11 +19,40 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ 
 LAST_CHECKPOINT = "checkpoint_last.pt"  # everything needed to resume; rewritten at every save
 BEST_CHECKPOINT = "checkpoint_best.pt"  # the weights with the best dev metric (valid.metric)
 AVERAGE_CHECKPOINT = "checkpoint_average.pt"  # the mean of the last checkpoint.average_last numbered ones
+_NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")  # the weights at one update, kept for averaging
+RUN_RECORD = "run_record.json"  # what the run is and has done (train keeps it, bleu adds its scores)
+TRAIN_LOCK = "train.lock"  # held by the one training of this run_dir; names its holder
+DATA_REPORT = "data_report.json"  # the prepared corpus: pairs kept and dropped, tokens, vocabulary
+TENSORBOARD = "tensorboard"  # train's TensorBoard event files
+DECODE = "decode"  # decode's translations (and the references beside them)
+EXPORT = "export"  # export's folders, one per format
 
 
 def numbered_checkpoint(run_dir: Path, step: int) -> Path:
     """The weights at one update (kept for averaging; checkpoint.keep_last of them)."""
     return run_dir / f"checkpoint_{step}.pt"
+
+
+def numbered_checkpoints(run_dir: Path) -> List[Path]:
+    """The numbered checkpoints in run_dir (checkpoint_<update>.pt), oldest first."""
+    found = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint_*.pt") if (m := _NUMBERED.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def run_record(run_dir: Path) -> Path:
+    return Path(run_dir) / RUN_RECORD
+
+
+def train_lock(run_dir: Path) -> Path:
+    return Path(run_dir) / TRAIN_LOCK
+
+
+def data_report(run_dir: Path) -> Path:
+    return Path(run_dir) / DATA_REPORT
+
+
+def tensorboard(run_dir: Path) -> Path:
+    return Path(run_dir) / TENSORBOARD
 
 
 def checkpoint(cfg: TranslateConfig) -> Path:
@@ -33,10 +69,35 @@ def decode_output(cfg: TranslateConfig) -> Path:
     if cfg.decode.output:
         return Path(cfg.decode.output)
     name = Path(cfg.decode.input).name if cfg.decode.input else cfg.decode.split
-    return Path(cfg.run_dir) / "decode" / f"{name}.{cfg.data.tgt_lang}"
+    return Path(cfg.run_dir) / DECODE / f"{name}.{cfg.data.tgt_lang}"
 
 
 def decode_reference(cfg: TranslateConfig) -> Path:
     """The references decode writes beside its output when it translates a dataset split."""
     output = decode_output(cfg)
     return output.with_name(output.name + ".ref")
+
+
+def export_dir(cfg: TranslateConfig) -> Path:
+    """export.output, else <run_dir>/export/<format>."""
+    return Path(cfg.export.output) if cfg.export.output else Path(cfg.run_dir) / EXPORT / cfg.export.format
+
+
+@contextmanager
+def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterator[IO]:
+    """A file to write `path` through: a temporary file in the same folder, renamed over `path`
+    once complete (and with `sync`, once on disk), so that readers see the old file or the new
+    one, and a failure (a full disk, a file-size limit, a kill) leaves the old one as it was and
+    nothing half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb" if binary else "w", encoding=None if binary else "utf-8") as file:
+            yield file
+            if sync:
+                file.flush()
+                os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,31 +1,25 @@
-"""The `translate export` verb: write a checkpoint as a CTranslate2 model, or as a Hugging Face
-transformers model (export_transformers.py).
+"""A checkpoint as a CTranslate2 model folder, and translation with one.
 
-Every weight is set by hand on CTranslate2's Transformer spec (post-norm, ReLU), with our own
-position table: CTranslate2's built-in sinusoid puts all sines before all cosines, ours
-interleaves them. The folder also holds the sentencepiece model, so it is self-contained.
+Every weight is set by hand on CTranslate2's Transformer spec (post-norm or pre-norm, ReLU),
+with our own position table: CTranslate2's built-in sinusoid puts all sines before all
+cosines, ours interleaves them. The folder also holds the sentencepiece model, so it is
+self-contained.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from translate import checkpoint
-from translate.config import DecodeConfig, ExportFormat, Norm, Positions, TranslateConfig
+from translate.config import DecodeConfig, Norm, Positions
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
+from translate.export.verb import MARKER
 
-log = logging.getLogger("translate.export")
-
-MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
 SENTENCEPIECE = "sentencepiece.model"
 POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 cannot grow it as we do
 
@@ -35,64 +29,7 @@ def positions(decode: DecodeConfig) -> int:
     return max(POSITIONS, decode.positions())
 
 
-def output_dir(cfg: TranslateConfig) -> Path:
-    """export.output, else <run_dir>/export/<format>."""
-    return Path(cfg.export.output) if cfg.export.output else Path(cfg.run_dir) / "export" / cfg.export.format
-
-
-def export(cfg: TranslateConfig) -> Path:
-    """Export the checkpoint decode would use (or export.checkpoint); returns the folder."""
-    output = output_dir(cfg)
-    if output.exists() and not _replaceable(output):
-        raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
-    from translate.decode import Translator  # the same loading and checks as decode
-
-    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else checkpoint.for_decoding(cfg)
-    translator = Translator.from_checkpoint(source)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
-    staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
-    try:
-        if cfg.export.format == ExportFormat.transformers:
-            from translate.export.transformers import write_transformers
-
-            write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
-        else:
-            _write_ctranslate2(translator, staging, positions(cfg.decode))
-        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
-                  "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
-                  "max_source_length": cfg.decode.max_source_length}
-        (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-        _swap_in(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    log.info(f"wrote {output}: {cfg.export.format} model of {source}")
-    return output
-
-
-def _replaceable(folder: Path) -> bool:
-    """An empty folder or one of our own previous exports."""
-    return folder.is_dir() and (not any(folder.iterdir()) or (folder / MARKER).is_file())
-
-
-def _swap_in(staging: Path, output: Path) -> None:
-    """Replace `output` by the complete `staging` folder with two renames, so that readers see
-    the old export or the new one, never a half-written folder."""
-    if output.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old-", dir=output.parent))
-        output.rename(retired / "export")
-        try:
-            staging.rename(output)
-        except BaseException:
-            (retired / "export").rename(output)  # put the old export back
-            raise
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        staging.rename(output)
-
-
-def _write_ctranslate2(translator, folder: Path, position_rows: int = POSITIONS) -> None:
+def write_ctranslate2(translator, folder: Path, decode: DecodeConfig) -> None:
     """Fill CTranslate2's TransformerSpec from our model and save it into `folder`."""
     try:
         import ctranslate2.specs as specs
@@ -108,7 +45,7 @@ def _write_ctranslate2(translator, folder: Path, position_rows: int = POSITIONS)
     spec = specs.TransformerSpec.from_config(
         cfg.layers, cfg.heads, pre_norm=cfg.norm == Norm.pre, activation=specs.Activation.RELU
     )
-    _fill_embeddings(spec, weights, cfg, position_rows)
+    _fill_embeddings(spec, weights, cfg, positions(decode))
     _fill_layers(spec, weights)
     if cfg.norm == Norm.pre:  # the final LayerNorm of each stack
         for stack, name in ((spec.encoder, "encoder_norm"), (spec.decoder, "decoder_norm")):
@@ -187,41 +124,39 @@ def _fill_vocabulary_and_config(spec, vocabulary) -> None:
 def ctranslate2_translate(
     model_dir: Union[str, Path],
     sentences: Sequence[str],
-    beam_size: int = 1,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    settings: Optional[DecodeConfig] = None,
     max_batch_size: int = 64,
     device: str = "cpu",
     threads: int = 0,
-    length_penalty: float = 1.0,
-    max_source_length: int = 1024,
 ) -> List[str]:
-    """Translate with an exported model, framed and limited as Translator.translate (sources
-    cut to max_source_length tokens; an empty one gives an empty translation).
+    """Translate with an exported model, framed and limited as Translator.translate with the same
+    settings (default: DecodeConfig's): sources cut to max_source_length tokens, outputs capped
+    by output_cap, an empty source gives an empty translation.
 
     With beam_size > 1 results may differ from ours: CTranslate2's length penalty divides by
     length ** length_penalty, not GNMT's ((5 + length) / 6) ** alpha.
     """
     import ctranslate2
 
+    d = settings or DecodeConfig()
     model_dir = Path(model_dir)
     vocabulary = exported_vocabulary(model_dir)
     pieces = vocabulary.piece_names()
     ids = {piece: i for i, piece in enumerate(pieces)}
     translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
-    sources = [[pieces[i] for i in encoded[:max_source_length]] for encoded in vocabulary.encode(list(sentences))]
-    # One length limit per call, so group sentences of equal limit (len + 50 tokens, EOS aside).
+    sources = [[pieces[i] for i in encoded[: d.max_source_length]] for encoded in vocabulary.encode(list(sentences))]
+    # One length limit per call, so group sentences of equal limit (EOS aside).
     groups: Dict[int, List[int]] = defaultdict(list)
     for index, tokens in enumerate(sources):
         if tokens:  # an empty source stays an empty translation, as in ours
-            groups[int(max_len_a * len(tokens) + max_len_b)].append(index)
+            groups[d.output_cap(len(tokens))].append(index)
     outputs: List[str] = [""] * len(sources)
     banned = [[pieces[i]] for i in vocabulary.never_generated if i != vocabulary.specials.unk]  # unk: disable_unk
     for limit, indices in groups.items():
         results = translator.translate_batch(
             [sources[i] for i in indices],
-            beam_size=beam_size,
-            length_penalty=length_penalty,
+            beam_size=d.beam_size,
+            length_penalty=d.length_penalty,
             max_batch_size=max_batch_size,
             max_input_length=0,  # never truncate: we do not
             max_decoding_length=limit,

@@ -71,9 +71,9 @@ def marian_state_dict(state: Dict[str, Tensor], cfg: ModelConfig) -> Dict[str, T
 
 
 def output_limit(decode: DecodeConfig) -> int:
-    """Generated tokens for the longest input (INPUT_TOKENS, EOS included), EOS included, as decode's
-    max_len_a * source length + max_len_b."""
-    return int(decode.max_len_a * (INPUT_TOKENS - 1) + decode.max_len_b) + 1
+    """Generated tokens for the longest input (INPUT_TOKENS, EOS included), EOS included: decode's
+    output cap for it, and EOS."""
+    return decode.output_cap(INPUT_TOKENS - 1) + 1
 
 
 def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig):
@@ -96,7 +96,7 @@ def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig
 
 def generation_config(vocabulary: Vocabulary, decode: DecodeConfig):
     """Our decode defaults. The beam search's length penalty differs: transformers divides by
-    length ** length_penalty, ours by GNMT's ((5 + length) / 6) ** alpha (README)."""
+    length ** length_penalty, ours by GNMT's ((5 + length) / 6) ** alpha (docs/export.md)."""
     from transformers import GenerationConfig
 
     specials = vocabulary.specials
@@ -147,8 +147,7 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: 
 
 class TransformersTranslator:
     """An exported folder loaded once through transformers' own AutoTokenizer and
-    AutoModelForSeq2SeqLM, translating as Translator.translate does: at most
-    max_len_a * source length + max_len_b tokens."""
+    AutoModelForSeq2SeqLM, translating as Translator.translate does with the same settings."""
 
     def __init__(self, model_dir: Path):
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -156,28 +155,29 @@ class TransformersTranslator:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)).eval()
 
-    def translate(self, sentences: List[str], beam_size: int = 1, max_len_a: float = 1.0, max_len_b: int = 50,
-                  batch_size: int = 64) -> List[str]:
-        """generate() takes one limit per batch: each batch (sentences of similar length) gets its
-        longest sentence's, and longer outputs are cut to their own sentence's limit afterwards,
-        which for greedy search is what ours yields at its limit."""
+    def translate(self, sentences: List[str], settings: Optional[DecodeConfig] = None, batch_size: int = 64) -> List[str]:
+        """Translate with generate() at settings.beam_size (default: DecodeConfig's), each output at
+        most settings.output_cap tokens. generate() takes one limit per batch: each batch
+        (sentences of similar length) gets its longest sentence's, and longer outputs are cut to
+        their own sentence's cap afterwards, which for greedy search is what ours yields there."""
+        d = settings or DecodeConfig()
         tokenizer = self.tokenizer
         encoded = tokenizer(list(sentences))["input_ids"]  # each ends with EOS
-        limits = [int(max_len_a * (len(ids) - 1) + max_len_b) for ids in encoded]  # tokens before EOS, as ours
+        limits = [d.output_cap(len(ids) - 1) for ids in encoded]  # tokens before EOS, as ours
         order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
         outputs: List[str] = [""] * len(sentences)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt")
             with torch.inference_mode():
-                generated = self.model.generate(**batch, num_beams=beam_size, max_length=None,
+                generated = self.model.generate(**batch, num_beams=d.beam_size, max_length=None,
                                                 max_new_tokens=max(limits[i] for i in chunk) + 1)  # (B, 1 + generated), decoder start first
             for index, row in zip(chunk, generated.tolist()):
                 outputs[index] = tokenizer.decode(row[1 : 1 + limits[index]], skip_special_tokens=True)
         return outputs
 
 
-def transformers_translate(model_dir: Path, sentences: List[str], beam_size: int = 1, max_len_a: float = 1.0,
-                           max_len_b: int = 50, batch_size: int = 64) -> List[str]:
+def transformers_translate(model_dir: Path, sentences: List[str], settings: Optional[DecodeConfig] = None,
+                           batch_size: int = 64) -> List[str]:
     """Load an exported folder and translate (TransformersTranslator.translate)."""
-    return TransformersTranslator(model_dir).translate(sentences, beam_size, max_len_a, max_len_b, batch_size)
+    return TransformersTranslator(model_dir).translate(sentences, settings, batch_size)

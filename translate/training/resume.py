@@ -27,15 +27,6 @@ from translate.training.validate import Tracker
 log = logging.getLogger(__name__)
 
 
-def check_same_model(path: Path, payload: Dict[str, Any], model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
-    """Refuse a checkpoint of another model or vocabulary, naming what differs."""
-    difference = checkpoint.describe_difference(checkpoint.model_config(payload), model_cfg)
-    if difference:
-        raise TranslateError(f"{path} holds a different model ({difference}): use another run_dir, or move the checkpoint away")
-    if payload["vocabulary"] != vocabulary.model_bytes or checkpoint.vocabulary(payload).specials != vocabulary.specials:
-        raise TranslateError(f"{path} was trained with another vocabulary: use another run_dir")
-
-
 def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig) -> None:
     """Refuse to resume with optimizer or schedule settings other than the checkpoint's: the
     run would not continue as saved (the schedule would jump, say)."""
@@ -58,7 +49,7 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
         payload = checkpoint.load(path)
     except MissingCheckpoint:
         return None
-    check_same_model(path, payload, model_cfg, vocabulary)
+    checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
     check_same_settings(path, payload, optim)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:
@@ -72,7 +63,7 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
 def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
     """Fine-tuning (train.init_from): another run's weights, nothing else."""
     payload = checkpoint.load(path)
-    check_same_model(path, payload, model_cfg, vocabulary)
+    checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
     model.load_state_dict(payload["model"])
 
 

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from translate import paths
 from translate.errors import TranslateError
-
-LOCK = "train.lock"  # in run_dir
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +23,7 @@ class RunLock:
     (decode, bleu, average, export) never take it."""
 
     def __init__(self, run_dir: Path):
-        self.path = run_dir / LOCK
+        self.path = paths.train_lock(run_dir)
         self.file: Optional[object] = None
 
     def acquire(self) -> None:

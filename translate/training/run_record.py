@@ -8,36 +8,26 @@ with its signatures. The transformers export's model card is written from it.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-RECORD = "run_record.json"
-
-
-def path(run_dir: Path) -> Path:
-    return Path(run_dir) / RECORD
+from translate import paths
 
 
 def load(run_dir: Path) -> Dict[str, Any]:
     """The record of run_dir; empty where there is none (or it cannot be read)."""
     try:
-        return json.loads(path(run_dir).read_text(encoding="utf-8"))
+        return json.loads(paths.run_record(run_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
 
 def save(run_dir: Path, record: Dict[str, Any]) -> None:
     """Write atomically: readers see the old record or the new one."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{RECORD}.", dir=run_dir)
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
+    with paths.atomic_write(paths.run_record(run_dir)) as file:
         file.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    os.replace(temporary, path(run_dir))
 
 
 def command_line(verb: str) -> str:

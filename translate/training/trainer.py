@@ -1,6 +1,5 @@
-"""The `translate train` verb: teacher forcing, label-smoothed cross-entropy, Adam with warmup
-(paper, section 5), as a Trainer: its set-up, its loop, and one method per boundary (log,
-checkpoint, validate, stop).
+"""The `translate train` verb as a recipe: set-up, train, clean-up. Teacher forcing,
+label-smoothed cross-entropy, Adam with the paper's warmup (section 5).
 
 Knows nothing of Hydra: takes the typed TranslateConfig.
 """
@@ -10,10 +9,9 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import sys
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
@@ -22,18 +20,21 @@ import torch
 from torch import nn
 
 from translate import checkpoint, paths
-from translate.training import distributed, resume, run_record
-from translate.config import Positions, TranslateConfig, to_plain
+from translate.config import ModelConfig, Positions, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
-from translate.data.cache import prepare, write_report
+from translate.data.cache import PreparedData
+from translate.data.prepare import prepare, write_report
 from translate.errors import Interrupted, TranslateError
+from translate.model import Transformer
+from translate.training import distributed, resume, run_record
 from translate.training.flops import Accounting
 from translate.training.host_memory import keep_freed_memory
 from translate.training.loss import LabelSmoothedObjective
-from translate.model import Transformer
-from translate.training.optim import build_optimizer
+from translate.training.monitor import Monitor
+from translate.training.optim import Adam, build_optimizer
 from translate.training.precision import MixedPrecision
 from translate.training.run_lock import RunLock
+from translate.training.schedule import InverseSquareRootSchedule
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.training.validate import Tracker, dev_sentences, evaluate
 
@@ -54,7 +55,11 @@ def train(cfg: TranslateConfig) -> Path:
     lock = RunLock(Path(cfg.run_dir))
     try:
         _own(lock, context)
-        return Trainer(cfg, context).run()
+        trainer = Trainer.setup(cfg, context)
+        try:
+            return trainer.train()
+        finally:
+            trainer.cleanup()
     finally:
         lock.release()
         distributed.shutdown()
@@ -81,138 +86,105 @@ def _every(n: int, period: int) -> bool:
     return bool(period) and n % period == 0
 
 
+@dataclass
+class LoopState:
+    """The loop's counts and clocks."""
+
+    updates: int  # updates counted, over every run of this run_dir
+    skipped: int  # non-finite updates dropped, likewise
+    deadline: float  # monotonic time of train.max_minutes (inf: none)
+    nonfinite_in_a_row: int = 0
+    grad_norm: float = 0.0  # of the last update counted
+    lr: float = 0.0
+    saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
+    last_saved: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
 class Trainer:
-    """One training run: the model, its optimizer and data, and the counts of the loop.
+    """One training run, built by setup(): the model, its optimizer and data, and the loop.
 
     Updates are read one behind: an update's gradient norm and loss sums are read once the
     next update is queued, so the device always has work while the host waits for them. At a
     boundary (log, checkpoint, validation, the last update) the update is read at once.
     """
 
-    def __init__(self, cfg: TranslateConfig, context: distributed.Context):
-        self.cfg, self.context = cfg, context
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
-        if context.device.type == "cpu":
-            keep_freed_memory()  # each update's large blocks reused, not faulted in afresh
-        if not context.is_main:
-            package_log.setLevel(logging.WARNING)
-        torch.manual_seed(cfg.train.seed)  # the same initial weights on every process
-        self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.last_path = self.run_dir / paths.LAST_CHECKPOINT
-        self.data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
+    cfg: TranslateConfig
+    context: distributed.Context
+    data: PreparedData
+    model_cfg: ModelConfig  # cfg.model completed: vocabulary size, learned positions' rows
+    model: Transformer
+    objective: nn.Module  # the model's label-smoothed loss, maybe in DDP and compiled
+    optimizer: Adam
+    schedule: InverseSquareRootSchedule
+    precision: MixedPrecision
+    accumulation: int  # micro-batches per process per update
+    batches: BatchStream
+    tracker: Tracker  # the best dev metric (checkpoint_best.pt, early stopping)
+    dev: Optional[Tuple[List[str], List[str]]]  # dev sentences and references for BLEU
+    state: LoopState
+    monitor: Monitor
+    stop_signals: resume.StopSignals
+    queued: Deque[QueuedUpdate] = field(default_factory=deque)  # on their way to the host, oldest first
+
+    @classmethod
+    def setup(cls, cfg: TranslateConfig, context: distributed.Context) -> "Trainer":
+        """Data, model, optimizer and schedule, restored from checkpoint_last.pt where there is
+        one (else from train.init_from's weights, if set), then what the loop needs."""
+        _configure_process(cfg, context)
+        run_dir = Path(cfg.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        data = prepare(cfg.data, log=log.info)  # one process prepares, the others wait for it
         if context.is_main:
-            write_report(self.data, self.run_dir / "data_report.json")
-        # Learned positions serve what decode serves (decode.max_source_length and its output cap).
-        learned = cfg.model.positions == Positions.learned
-        self.model_cfg = replace(cfg.model, vocab_size=len(self.data.vocabulary),
-                                 max_positions=(cfg.model.max_positions or cfg.decode.positions()) if learned else 0)
-        self.model = Transformer(self.model_cfg, pad_id=self.data.vocabulary.specials.pad).to(context.device)
-        self.optimizer, self.schedule = build_optimizer(self.model, cfg.optim, self.model_cfg.d_model,
-                                                        cfg.train.max_steps, context.device)
-        self.precision = MixedPrecision.on(cfg.train.precision, context.device)
-        self.tokens_per_batch, self.accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
-                                                              context.world_size)
-        self.batches = BatchStream(self.data.train.src_lengths, self.data.train.tgt_lengths, self.tokens_per_batch,
-                                   cfg.train.seed, context.rank, context.world_size)
-        self.tracker = Tracker(cfg.valid.metric)
-        self.step = self.skipped = self.nonfinite_in_a_row = 0  # updates counted, dropped; dropped in a row
-        self.resumed = self._start()
-        # Training time and compute of the runs this one resumes (the run record sums them).
-        self.previous = run_record.previous_training(self.run_dir, self.step if self.resumed is not None else None)
-        self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
-        # Set by _prepare_loop, once the run is known to train.
-        self.objective: Optional[nn.Module] = None  # the model's label-smoothed loss, maybe in DDP and compiled
-        self.accounting: Optional[Accounting] = None
-        self.dev: Optional[Tuple[List[str], List[str]]] = None  # dev sentences for BLEU
-        # The loop's state.
-        self.queued: Deque[QueuedUpdate] = deque()  # updates on their way to the host, oldest first
-        self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
-        self.last_norm = self.last_lr = 0.0  # of the last update counted
-        self.started = self.window_start = self.last_saved = time.monotonic()
-        self.first_step = self.step  # where this run's loop began
-        self.deadline = math.inf  # of train.max_minutes
-        self.saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
-        self.writer = self.progress = self.stop_signal = None  # main process: TensorBoard, tqdm; signal handlers
-
-    def _start(self) -> Optional[Dict[str, Any]]:
-        """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
-        weights, if set); returns the resumed payload."""
-        cfg = self.cfg
-        resumed = resume.load_training_state(self.last_path, self.model, self.model_cfg, self.data.vocabulary, cfg.optim,
-                                             self.optimizer, self.schedule, self.precision.scaler)
-        if resumed is not None:
-            self.step, self.skipped = int(resumed["step"]), int(resumed.get("skipped_updates", 0))
-            log.info(f"resuming from {self.last_path} at update {self.step}")
-        elif cfg.train.init_from:
-            resume.load_weights(Path(cfg.train.init_from), self.model, self.model_cfg, self.data.vocabulary)
-            log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
-        return resumed
-
-    def _prepare_loop(self) -> None:
-        """What only a run that trains needs: the objective (wrapped for DDP and the
-        compiler), the processes' random states, dev sentences, compute accounting."""
-        cfg, context, model_cfg = self.cfg, self.context, self.model_cfg
+            write_report(data, paths.data_report(run_dir))
+        model_cfg = _model_config(cfg, data)
+        model = Transformer(model_cfg, pad_id=data.vocabulary.specials.pad).to(context.device)
+        optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, cfg.train.max_steps, context.device)
+        precision = MixedPrecision.on(cfg.train.precision, context.device)
+        tokens_per_batch, accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
+                                                    context.world_size)
+        batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
+                              context.rank, context.world_size)
+        tracker = Tracker(cfg.valid.metric)
+        resumed = _start(cfg, model, model_cfg, data, optimizer, schedule, precision)
+        # What only the loop needs, in this order: dropout's seed, then the peak measurement
+        # (which draws random numbers), then the restored random state of a resumed run.
         torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
-        log.info(
-            f"model: {self.model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
-            f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary "
-            f"{model_cfg.vocab_size:,}); {len(self.data.train):,} training pairs; {self.tokens_per_batch} tokens per "
-            f"batch x {self.accumulation} accumulation x {context.world_size} processes; {self.precision.precision} on "
-            f"{context.device}; {torch.get_num_threads()} threads"
-        )
-        lengths = float(np.mean(self.data.train.src_lengths)) + 1, float(np.mean(self.data.train.tgt_lengths)) + 1
-        self.accounting = Accounting.measure(model_cfg, *lengths, context.device, self.precision.peak_dtype(),
-                                             context.world_size, context.is_main)
-        log.info(f"{self.accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device peak "
-                 f"{self.accounting.peak_flops / 1e12:.2f} TFLOP/s ({self.precision.precision})")
-        self.objective = LabelSmoothedObjective(self.model, cfg.train.label_smoothing)
-        if context.distributed:
-            device_ids = [context.device] if context.device.type == "cuda" else None
-            self.objective = nn.parallel.DistributedDataParallel(self.objective, device_ids=device_ids)
-        if cfg.train.compile:
-            # After DDP, so that the compiler splits the graph at DDP's gradient buckets and their
-            # all-reduce still overlaps the backward pass (one compiled backward would hold every
-            # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
-            self.objective = torch.compile(self.objective, dynamic=True)
-        if self.resumed is not None:  # after the peak measurement, which draws random numbers
-            resume.restore_process_state(self.resumed, context, self.batches, self.tracker)
+        log.info(f"model: {model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
+                 f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary "
+                 f"{model_cfg.vocab_size:,}); {len(data.train):,} training pairs; {tokens_per_batch} tokens per batch x "
+                 f"{accumulation} accumulation x {context.world_size} processes; {precision.precision} on "
+                 f"{context.device}; {torch.get_num_threads()} threads")
+        accounting = _accounting(model_cfg, data, context, precision)
+        objective = _objective(model, cfg, context)
+        if resumed is not None:
+            resume.restore_process_state(resumed, context, batches, tracker)
         wants_bleu = context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences
-        self.dev = dev_sentences(cfg) if wants_bleu else None
+        dev = dev_sentences(cfg) if wants_bleu else None
+        updates = int(resumed["step"]) if resumed is not None else 0
+        previous = run_record.previous_training(run_dir, updates if resumed is not None else None)
+        minutes = cfg.train.max_minutes
+        state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
+                          deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
+        monitor = Monitor(cfg, context, accounting, _record_parts(cfg, data, model, model_cfg), previous, updates,
+                          str(precision.precision))
+        return cls(cfg, context, data, model_cfg, model, objective, optimizer, schedule, precision, accumulation, batches,
+                   tracker, dev, state, monitor, resume.StopSignals())  # the monitor and signals: closed by cleanup()
 
-    def run(self) -> Path:
-        """Train to train.max_steps (or the time limit, a stop signal, early stopping)."""
-        if self.step >= self.cfg.train.max_steps:
-            log.info(f"{self.last_path} already has {self.step} updates (train.max_steps={self.cfg.train.max_steps}): "
+    @property
+    def last_path(self) -> Path:
+        return Path(self.cfg.run_dir) / paths.LAST_CHECKPOINT
+
+    def train(self) -> Path:
+        """Section 5 of the paper, one update at a time, then the boundaries; to
+        train.max_steps, the time limit, a stop signal or early stopping."""
+        cfg, state = self.cfg, self.state
+        if state.updates >= cfg.train.max_steps:
+            log.info(f"{self.last_path} already has {state.updates} updates (train.max_steps={cfg.train.max_steps}): "
                      "nothing to do")
             return self.last_path
-        self._prepare_loop()
         self.model.train()
-        self.started = self.window_start = self.last_saved = time.monotonic()
-        self.first_step = self.step
-        minutes = self.cfg.train.max_minutes
-        self.deadline = self.started + 60 * minutes if minutes else math.inf
-        # The writer, the progress bar and the signal handlers are undone however the loop ends.
-        try:
-            self.writer = self._summary_writer() if self.context.is_main else None
-            self.progress = _progress(self.cfg.train.max_steps, self.step) if self.context.is_main else None
-            self.stop_signal = resume.StopSignals()
-            self._loop()
-        finally:
-            for resource in (self.stop_signal, self.progress, self.writer):
-                if resource is not None:
-                    resource.close()
-        self.settle()
-        if self.saved_at != self.step:  # early stopping, say, has just saved
-            self.save()
-        self._report()
-        return self.last_path
-
-    def _loop(self) -> None:
-        """Section 5 of the paper, one update at a time, then the boundaries."""
-        cfg = self.cfg
-        while self.step < cfg.train.max_steps and not self.stop():
+        while state.updates < cfg.train.max_steps and not self.time_is_up():
             batches = self.next_batches()  # about 25k source and 25k target tokens (5.1)
             stats = train_step(self.objective, batches, self.context, self.precision.autocast,
                                self.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
@@ -220,14 +192,24 @@ class Trainer:
                                          cfg.optim.clip_norm)  # Adam at the schedule's rate (5.3)
             self.queued.append(QueuedUpdate(stats, grad_norm, lr))
             self.settle(keep=1)  # the previous update, while the device works on this one
-            if not self.boundary(self.step + 1) or not self.settle():
+            if not self.boundary(state.updates + 1) or not self.settle():
                 continue
-            if _every(self.step, cfg.train.log_every) or self.step == cfg.train.max_steps:
-                self.log()
+            if _every(state.updates, cfg.train.log_every) or state.updates == cfg.train.max_steps:
+                self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
             if self.save_due():
                 self.save()
-            if _every(self.step, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
+            if _every(state.updates, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
                 break
+        self.settle()
+        if state.saved_at != state.updates:  # early stopping, say, has just saved
+            self.save()
+        self.monitor.report(state.updates, self.last_path)
+        return self.last_path
+
+    def cleanup(self) -> None:
+        """Undo what set-up opened in the process, however the run ended."""
+        self.stop_signals.close()
+        self.monitor.close()
 
     def next_batches(self) -> List[Batch]:
         """This process's micro-batches of the next update."""
@@ -249,26 +231,21 @@ class Trainer:
         return counted
 
     def _count(self, stats: StepStats, loss: float, nll: float, norm: float, lr: float) -> None:
-        self.nonfinite_in_a_row = 0
-        self.step += 1
-        self.last_norm, self.last_lr = norm, lr
+        state = self.state
+        state.updates, state.nonfinite_in_a_row, state.grad_norm, state.lr = state.updates + 1, 0, norm, lr
         stats.loss, stats.nll = loss, nll
-        self.window.add(stats)
-        self.totals.add(stats)
-        if self.progress is not None:
-            self.progress.total = bar_total(self.step, self.first_step, self.cfg.train.max_steps,
-                                            time.monotonic() - self.started, self.deadline - time.monotonic())
-            self.progress.update(1)
+        self.monitor.count(stats, state.updates, state.deadline)
 
     def _drop(self) -> None:
         """A non-finite update, dropped on the device (weights, optimizer and schedule untouched)."""
-        self.skipped += 1
-        self.nonfinite_in_a_row += 1
-        log.warning(f"update {self.step + 1}: non-finite loss or gradient, skipped ({self.skipped} so far)")
-        if self.nonfinite_in_a_row >= self.cfg.train.max_nonfinite:
+        state = self.state
+        state.skipped += 1
+        state.nonfinite_in_a_row += 1
+        log.warning(f"update {state.updates + 1}: non-finite loss or gradient, skipped ({state.skipped} so far)")
+        if state.nonfinite_in_a_row >= self.cfg.train.max_nonfinite:
             good = self.last_path if self.last_path.is_file() else "none yet"
-            raise TranslateError(f"{self.nonfinite_in_a_row} non-finite updates in a row at update {self.step + 1}: "
-                                 f"stopping; last good checkpoint: {good}")
+            raise TranslateError(f"{state.nonfinite_in_a_row} non-finite updates in a row at update "
+                                 f"{state.updates + 1}: stopping; last good checkpoint: {good}")
 
     def boundary(self, n: int) -> bool:
         """Whether something happens after update n (so that it must be read at once)."""
@@ -278,155 +255,146 @@ class Trainer:
 
     # The boundaries.
 
-    def log(self) -> None:
-        """TensorBoard scalars and one log line for the updates since the last report."""
-        window = self.window.summed(self.context)
-        seconds = time.monotonic() - self.window_start
-        self.window, self.window_start = StepStats(), time.monotonic()
-        if not self.context.is_main:
-            return
-        nll = window.nll / window.target_tokens
-        metrics = {"loss": window.loss / window.target_tokens, "nll": nll, "ppl": math.exp(min(nll, 50)),
-                   "lr": self.last_lr, "padding": window.padding, "grad_norm": self.last_norm,
-                   "skipped_updates": self.skipped, **self.accounting.window(window.target_tokens, seconds)}
-        for name, value in metrics.items():
-            self.writer.add_scalar(f"train/{name}", value, self.step)
-        share = metrics.get("paper_compute_share")
-        log.info(
-            f"update {self.step}: loss {metrics['loss']:.3f} nll {nll:.3f} ppl {metrics['ppl']:.1f} "
-            f"lr {self.last_lr:.2e} {metrics['target_tokens_per_s']:.0f} tgt tok/s padding {window.padding:.1%} "
-            f"mfu {metrics['mfu']:.0%} mem {metrics['peak_memory_gb']:.1f} GB compute {metrics['model_flops']:.2e} FLOPs"
-            + (f" ({share:.2%} of the paper's)" if share is not None else "")
-        )
-
     def save_due(self, n: Optional[int] = None) -> bool:
         """Whether a checkpoint is due after update n (default: the last one counted)."""
         minutes = self.cfg.checkpoint.every_minutes
-        n = self.step if n is None else n
+        n = self.state.updates if n is None else n
         return _every(n, self.cfg.checkpoint.every_steps) or (
-            minutes is not None and time.monotonic() - self.last_saved >= 60 * minutes)
+            minutes is not None and time.monotonic() - self.state.last_saved >= 60 * minutes)
 
     def weights(self) -> Dict[str, Any]:
         """The checkpoint payload every checkpoint holds: what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
-        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary, languages, self.step)
+        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary, languages, self.state.updates)
 
     def save(self) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
         and data position too) and a numbered copy of the weights (for averaging); numbered
-        ones beyond checkpoint.keep_last are deleted."""
+        ones beyond checkpoint.keep_last are deleted. Then the run record."""
         self.settle()  # the weights hold every queued update: count them all
-        self.last_saved, self.saved_at = time.monotonic(), self.step
+        state, run_dir = self.state, Path(self.cfg.run_dir)
+        state.last_saved, state.saved_at = time.monotonic(), state.updates
         states = resume.gather_process_states(self.context, self.batches)
         if not self.context.is_main:
             return
         weights = self.weights()
         payload = {**weights, "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
                    "config": to_plain(self.cfg), "processes": states, "valid": self.tracker.state_dict(),
-                   "skipped_updates": self.skipped}
+                   "skipped_updates": state.skipped}
         if self.precision.scaler is not None:
             payload["scaler"] = self.precision.scaler.state_dict()
         checkpoint.save(self.last_path, payload)
-        checkpoint.save(paths.numbered_checkpoint(self.run_dir, self.step), weights)  # for averaging
-        checkpoint.prune(self.run_dir, self.cfg.checkpoint.keep_last)
-        self._record()
-
-    def _record(self) -> None:
-        """The run record's training part, as of the checkpoint just written."""
-        report, data = self.data.report, self.cfg.data
-        this_run = self.accounting.done if self.accounting is not None else 0.0
-        run_record.record_training(
-            self.run_dir, settings=to_plain(self.cfg),
-            data={"source": data.path or data.train, "name": data.name, "languages": [data.src_lang, data.tgt_lang],
-                  "train_pairs": report["train"]["pairs"], "train_pairs_kept": report["train"]["kept"],
-                  "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
-                  "vocabulary": {"size": report["vocab_size"], "given": data.spm_model,
-                                 "specials": self.data.vocabulary.specials.as_dict()}},
-            model={"parameters": self.model.num_parameters(), **to_plain(self.model_cfg)},
-            training={"updates": self.step, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
-                      "model_flops": self.previous["model_flops"] + this_run, "skipped_updates": self.skipped,
-                      "device": str(self.context.device), "processes": self.context.world_size,
-                      "precision": str(self.precision.precision)},
-            valid=self.last_valid)
+        checkpoint.save(paths.numbered_checkpoint(run_dir, state.updates), weights)  # for averaging
+        checkpoint.prune(run_dir, self.cfg.checkpoint.keep_last)
+        self.monitor.record(state.updates, state.skipped)
 
     def validate(self) -> bool:
         """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
         whether to stop early (valid.patience), agreed by all processes. Saves before stopping."""
-        stop = False
+        cfg, stop = self.cfg, False
         if self.context.is_main:
             metrics, hypotheses = evaluate(self.model, self.data.valid, self.data.vocabulary, self.dev,
-                                           self.cfg.train.tokens_per_batch, self.cfg.train.label_smoothing,
-                                           self.context.device)
-            self._write_dev(metrics, hypotheses)
-            improved = self.tracker.update(metrics[self.cfg.valid.metric])
-            self.last_valid = {"update": self.step, **metrics}
-            if self.context.is_main and self.last_path.is_file():
-                self._record()
-            text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-            log.info(f"update {self.step}: dev {text}" + (" (best)" if improved else f" (best {self.tracker.best:.3f})"))
+                                           cfg.train.tokens_per_batch, cfg.train.label_smoothing, self.context.device)
+            improved = self.tracker.update(metrics[cfg.valid.metric])
+            self.monitor.dev(self.state.updates, metrics, hypotheses, self.dev, improved, self.tracker.best)
+            if self.last_path.is_file():
+                self.monitor.record(self.state.updates, self.state.skipped)
             if improved:
-                checkpoint.save(self.run_dir / paths.BEST_CHECKPOINT, {**self.weights(), "dev": metrics})
-            stop = bool(self.cfg.valid.patience) and self.tracker.since_best >= self.cfg.valid.patience
+                checkpoint.save(Path(cfg.run_dir) / paths.BEST_CHECKPOINT, {**self.weights(), "dev": metrics})
+            stop = bool(cfg.valid.patience) and self.tracker.since_best >= cfg.valid.patience
         if not distributed.any_true(stop, self.context):
             return False
         self.save()
-        log.info(f"early stopping at update {self.step}: no better {self.cfg.valid.metric} in "
-                 f"{self.cfg.valid.patience} validations")
+        log.info(f"early stopping at update {self.state.updates}: no better {cfg.valid.metric} in "
+                 f"{cfg.valid.patience} validations")
         return True
 
-    def _write_dev(self, metrics: Dict[str, float], hypotheses: List[str]) -> None:
-        for name, value in metrics.items():
-            self.writer.add_scalar(f"dev/{name}", value, self.step)
-        if hypotheses:
-            sources, references = self.dev
-            shown = list(zip(sources, hypotheses, references))[:5]
-            self.writer.add_text("dev/translations", "\n\n".join(f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in shown), self.step)
-
-    def stop(self) -> bool:
-        """True when time is up; a stop signal saves and raises. Agreed by all processes, so
-        that none waits for the others."""
-        seen = [float(self.stop_signal.received is not None), float(time.monotonic() >= self.deadline)]
+    def time_is_up(self) -> bool:
+        """True when train.max_minutes is up; a stop signal saves and raises. Agreed by all
+        processes, so that none waits for the others."""
+        received = self.stop_signals.received
+        seen = [float(received is not None), float(time.monotonic() >= self.state.deadline)]
         signal_seen, time_up = distributed.all_sum(seen, self.context)
         if signal_seen:
             self.save()
-            stopped = Interrupted if self.stop_signal.received == signal.SIGINT else TranslateError
-            raise stopped(f"stopped by {self.stop_signal.name or 'a stop signal on another process'} at update "
-                          f"{self.step}: saved {self.last_path}; run the same command to resume")
+            stopped = Interrupted if received == signal.SIGINT else TranslateError
+            raise stopped(f"stopped by {self.stop_signals.name or 'a stop signal on another process'} at update "
+                          f"{self.state.updates}: saved {self.last_path}; run the same command to resume")
         if time_up:
             self.settle()
         return bool(time_up)
 
-    def _report(self) -> None:
-        """The run's last log line: throughput, padding and loss over all its updates."""
-        elapsed = time.monotonic() - self.started
-        totals = self.totals.summed(self.context)
-        if totals.target_tokens:
-            log.info(
-                f"stopped at update {self.step} after {elapsed / 60:.1f} min: {totals.target_tokens / elapsed:.0f} "
-                f"target tokens/s, padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; "
-                f"checkpoint {self.last_path}"
-            )
 
-    def _summary_writer(self):
-        from torch.utils.tensorboard import SummaryWriter
-
-        return SummaryWriter(str(self.run_dir / "tensorboard"))
+def _configure_process(cfg: TranslateConfig, context: distributed.Context) -> None:
+    """Threads, host memory, log level, and the seed of the initial weights (the same on
+    every process)."""
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    if context.device.type == "cpu":
+        keep_freed_memory()  # each update's large blocks reused, not faulted in afresh
+    if not context.is_main:
+        package_log.setLevel(logging.WARNING)
+    torch.manual_seed(cfg.train.seed)
 
 
-def bar_total(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
-    """The progress bar's end: train.max_steps, or, where train.max_minutes comes first, the
-    update the run will reach by then at its rate so far (step: updates now; first_step: when
-    this run began; elapsed and remaining: seconds since then and up to the time limit)."""
-    done = step - first_step
-    if done < 1 or elapsed <= 0 or remaining == math.inf:
-        return max_steps
-    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))
+def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
+    """cfg.model with the vocabulary's size; learned positions serve what decode serves
+    (decode.max_source_length and its output cap)."""
+    learned = cfg.model.positions == Positions.learned
+    rows = (cfg.model.max_positions or cfg.decode.positions()) if learned else 0
+    return replace(cfg.model, vocab_size=len(data.vocabulary), max_positions=rows)
 
 
-def _progress(total: int, initial: int):
-    """A tqdm bar on an interactive terminal (log lines still go to the log file and console)."""
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+def _start(cfg: TranslateConfig, model: nn.Module, model_cfg: ModelConfig, data: PreparedData, optimizer: Adam,
+           schedule: InverseSquareRootSchedule, precision: MixedPrecision) -> Optional[Dict[str, Any]]:
+    """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
+    weights, if set); returns the resumed payload."""
+    last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT
+    resumed = resume.load_training_state(last, model, model_cfg, data.vocabulary, cfg.optim, optimizer, schedule,
+                                         precision.scaler)
+    if resumed is not None:
+        log.info(f"resuming from {last} at update {int(resumed['step'])}")
+    elif cfg.train.init_from:
+        resume.load_weights(Path(cfg.train.init_from), model, model_cfg, data.vocabulary)
+        log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
+    return resumed
 
-    return tqdm(total=total, initial=initial, unit="update", dynamic_ncols=True)
+
+def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed.Context,
+                precision: MixedPrecision) -> Accounting:
+    """FLOPs per target token at the corpus's average lengths (EOS included) and the peak."""
+    lengths = float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
+    accounting = Accounting.measure(model_cfg, *lengths, context.device, precision.peak_dtype(), context.world_size,
+                                    context.is_main)
+    log.info(f"{accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device peak "
+             f"{accounting.peak_flops / 1e12:.2f} TFLOP/s ({precision.precision})")
+    return accounting
+
+
+def _objective(model: nn.Module, cfg: TranslateConfig, context: distributed.Context) -> nn.Module:
+    """The label-smoothed loss of the model, wrapped for DistributedDataParallel and the compiler."""
+    objective: nn.Module = LabelSmoothedObjective(model, cfg.train.label_smoothing)
+    if context.distributed:
+        device_ids = [context.device] if context.device.type == "cuda" else None
+        objective = nn.parallel.DistributedDataParallel(objective, device_ids=device_ids)
+    if cfg.train.compile:
+        # After DDP, so that the compiler splits the graph at DDP's gradient buckets and their
+        # all-reduce still overlaps the backward pass (one compiled backward would hold every
+        # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
+        objective = torch.compile(objective, dynamic=True)
+    return objective
+
+
+def _record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig) -> Dict[str, Any]:
+    """What the run record says of the run itself: its settings, data and model."""
+    report, settings = data.report, cfg.data
+    return {
+        "settings": to_plain(cfg),
+        "data": {"source": settings.path or settings.train, "name": settings.name,
+                 "languages": [settings.src_lang, settings.tgt_lang], "train_pairs": report["train"]["pairs"],
+                 "train_pairs_kept": report["train"]["kept"],
+                 "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
+                 "vocabulary": {"size": report["vocab_size"], "given": settings.spm_model,
+                                "specials": data.vocabulary.specials.as_dict()}},
+        "model": {"parameters": model.num_parameters(), **to_plain(model_cfg)},
+    }

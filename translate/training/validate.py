@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from translate.config import TranslateConfig, ValidMetric
+from translate.config import DecodeConfig, TranslateConfig, ValidMetric
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import SpecialIds, Vocabulary
@@ -37,7 +37,7 @@ def dev_bleu(model: nn.Module, vocabulary: Vocabulary, sources: List[str], refer
 
     was_training = model.training
     model.eval()
-    hypotheses = Translator(model, vocabulary).translate(sources, beam_size=1)
+    hypotheses = Translator(model, vocabulary).translate(sources, DecodeConfig(beam_size=1))
     model.train(was_training)
     return corpus_bleu(hypotheses, references)[0].score, hypotheses
 

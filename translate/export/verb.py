@@ -1,0 +1,74 @@
+"""The `translate export` verb: a checkpoint as a CTranslate2 model (ctranslate2.py) or as a
+Hugging Face transformers model (transformers.py), written into a staging folder and swapped in
+whole, so that a reader never sees half an export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from translate import checkpoint, paths
+from translate.config import ExportFormat, TranslateConfig
+from translate.errors import TranslateError
+
+log = logging.getLogger("translate.export")
+
+MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
+
+
+def export(cfg: TranslateConfig) -> Path:
+    """Export the checkpoint decode would use (or export.checkpoint); returns the folder."""
+    output = paths.export_dir(cfg)
+    if output.exists() and not _replaceable(output):
+        raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
+    from translate.decode import Translator  # the same loading and checks as decode
+
+    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else checkpoint.for_decoding(cfg)
+    translator = Translator.from_checkpoint(source)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
+    try:
+        if cfg.export.format == ExportFormat.transformers:
+            from translate.export.transformers import write_transformers
+
+            write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
+        else:
+            from translate.export.ctranslate2 import write_ctranslate2
+
+            write_ctranslate2(translator, staging, cfg.decode)
+        marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
+                  "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
+                  "max_source_length": cfg.decode.max_source_length}
+        (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _swap_in(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info(f"wrote {output}: {cfg.export.format} model of {source}")
+    return output
+
+
+def _replaceable(folder: Path) -> bool:
+    """An empty folder or one of our own previous exports."""
+    return folder.is_dir() and (not any(folder.iterdir()) or (folder / MARKER).is_file())
+
+
+def _swap_in(staging: Path, output: Path) -> None:
+    """Replace `output` by the complete `staging` folder with two renames, so that readers see
+    the old export or the new one, never a half-written folder."""
+    if output.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old-", dir=output.parent))
+        output.rename(retired / "export")
+        try:
+            staging.rename(output)
+        except BaseException:
+            (retired / "export").rename(output)  # put the old export back
+            raise
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        staging.rename(output)

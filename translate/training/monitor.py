@@ -1,0 +1,136 @@
+"""What a training run reports: a log line and TensorBoard scalars every train.log_every updates,
+a progress bar on a terminal, the dev metrics and translations, the run record at every
+checkpoint and validation, and the run's last line.
+
+Every process counts its updates here; the main process alone writes. Summing the counts over
+processes is a collective, so every process calls log() and report() alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from translate import paths
+from translate.config import TranslateConfig
+from translate.training import distributed, run_record
+from translate.training.flops import Accounting
+from translate.training.update import StepStats
+
+log = logging.getLogger("translate.training.trainer")  # the trainer's lines, whichever module writes them
+
+
+class Monitor:
+    """The run's log lines, TensorBoard, progress bar and run record.
+
+    record: what the run record says of the run itself (settings, data, model); previous: the
+    training seconds and FLOPs of the runs this one resumes, which the record adds to."""
+
+    def __init__(self, cfg: TranslateConfig, context: distributed.Context, accounting: Accounting,
+                 record: Dict[str, Any], previous: Dict[str, float], first_update: int, precision: str):
+        self.cfg, self.context, self.accounting = cfg, context, accounting
+        self.run_dir = Path(cfg.run_dir)
+        self.record_parts, self.previous, self.precision = record, previous, precision
+        self.started = self.window_start = time.monotonic()  # this run's start; the log window's
+        self.first_update = first_update  # where this run's loop began
+        self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
+        self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
+        self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
+        self.progress = _progress_bar(cfg.train.max_steps, first_update) if context.is_main else None
+
+    def count(self, stats: StepStats, updates: int, deadline: float) -> None:
+        """One more update counted (updates: the count now); the bar's end follows the time limit."""
+        self.window.add(stats)
+        self.totals.add(stats)
+        if self.progress is not None:
+            now = time.monotonic()
+            self.progress.total = bar_total(updates, self.first_update, self.cfg.train.max_steps,
+                                            now - self.started, deadline - now)
+            self.progress.update(1)
+
+    def log(self, updates: int, lr: float, grad_norm: float, skipped: int) -> None:
+        """TensorBoard scalars and one log line for the updates since the last one."""
+        window = self.window.summed(self.context)
+        seconds = time.monotonic() - self.window_start
+        self.window, self.window_start = StepStats(), time.monotonic()
+        if not self.context.is_main:
+            return
+        nll = window.nll / window.target_tokens
+        metrics = {"loss": window.loss / window.target_tokens, "nll": nll, "ppl": math.exp(min(nll, 50)), "lr": lr,
+                   "padding": window.padding, "grad_norm": grad_norm, "skipped_updates": skipped,
+                   **self.accounting.window(window.target_tokens, seconds)}
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"train/{name}", value, updates)
+        share = metrics.get("paper_compute_share")
+        log.info(
+            f"update {updates}: loss {metrics['loss']:.3f} nll {nll:.3f} ppl {metrics['ppl']:.1f} "
+            f"lr {lr:.2e} {metrics['target_tokens_per_s']:.0f} tgt tok/s padding {window.padding:.1%} "
+            f"mfu {metrics['mfu']:.0%} mem {metrics['peak_memory_gb']:.1f} GB compute {metrics['model_flops']:.2e} FLOPs"
+            + (f" ({share:.2%} of the paper's)" if share is not None else "")
+        )
+
+    def dev(self, updates: int, metrics: Dict[str, float], hypotheses: List[str],
+            dev: Optional[Tuple[List[str], List[str]]], improved: bool, best: float) -> None:
+        """A validation's metrics (main process): TensorBoard, a few translations, a log line."""
+        self.last_valid = {"update": updates, **metrics}
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"dev/{name}", value, updates)
+        if hypotheses:
+            sources, references = dev
+            shown = list(zip(sources, hypotheses, references))[:5]
+            self.writer.add_text("dev/translations", "\n\n".join(f"{s}  \n→ {h}  \n(ref) {r}" for s, h, r in shown), updates)
+        text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+        log.info(f"update {updates}: dev {text}" + (" (best)" if improved else f" (best {best:.3f})"))
+
+    def record(self, updates: int, skipped: int) -> None:
+        """The run record's training part, as of the checkpoint just written (main process)."""
+        training = {"updates": updates, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
+                    "model_flops": self.previous["model_flops"] + self.accounting.done, "skipped_updates": skipped,
+                    "device": str(self.context.device), "processes": self.context.world_size,
+                    "precision": self.precision}
+        run_record.record_training(self.run_dir, **self.record_parts, training=training, valid=self.last_valid)
+
+    def report(self, updates: int, last_path: Path) -> None:
+        """The run's last log line: throughput, padding and loss over all its updates."""
+        elapsed = time.monotonic() - self.started
+        totals = self.totals.summed(self.context)
+        if totals.target_tokens:
+            log.info(
+                f"stopped at update {updates} after {elapsed / 60:.1f} min: {totals.target_tokens / elapsed:.0f} "
+                f"target tokens/s, padding {totals.padding:.1%}, loss {totals.loss / totals.target_tokens:.3f}; "
+                f"checkpoint {last_path}"
+            )
+
+    def close(self) -> None:
+        for resource in (self.progress, self.writer):
+            if resource is not None:
+                resource.close()
+
+
+def bar_total(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
+    """The progress bar's end: train.max_steps, or, where train.max_minutes comes first, the
+    update the run will reach by then at its rate so far (step: updates now; first_step: when
+    this run began; elapsed and remaining: seconds since then and up to the time limit)."""
+    done = step - first_step
+    if done < 1 or elapsed <= 0 or remaining == math.inf:
+        return max_steps
+    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))
+
+
+def _progress_bar(total: int, initial: int):
+    """A tqdm bar on an interactive terminal (log lines still go to the log file and console)."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="update", dynamic_ncols=True)
+
+
+def _summary_writer(folder: Path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(folder))
