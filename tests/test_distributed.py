@@ -228,7 +228,7 @@ def test_submitit_ranks_from_slurm_variables(monkeypatch):
 def test_without_submitit_or_torchrun_one_process_and_no_submitit_import():
     code = ("import os, sys\n"
             "for name in [n for n in os.environ if n.startswith(('SUBMITIT_', 'RANK', 'WORLD_SIZE'))]: del os.environ[name]\n"
-            "from translate import distributed\n"
+            "from translate.training import distributed\n"
             "context = distributed.init()\n"
             "print(context.world_size, 'submitit' in sys.modules)\n")
     result = run([sys.executable, "-c", code])

@@ -50,8 +50,9 @@ import os, signal
 import translate.paths as c
 original, calls = os.replace, []
 def dying_replace(source, target):
-    calls.append(target)
-    if len(calls) == 3:  # the second checkpoint_last.pt: killed after writing, before the rename
+    if str(target).endswith("checkpoint_last.pt"):
+        calls.append(target)
+    if len(calls) == 2:  # the second checkpoint_last.pt: killed after writing, before the rename
         os.kill(os.getpid(), signal.SIGKILL)
     return original(source, target)
 c.os.replace = dying_replace
