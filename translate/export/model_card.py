@@ -63,7 +63,8 @@ def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabular
               'batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)',
               "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
               f"generate() defaults to our decode settings: beam {decode.beam_size}, length penalty "
-              f"{decode.length_penalty}, at most max_len_a * 511 + {decode.max_len_b} output tokens. transformers' "
+              f"{decode.length_penalty}, at most {decode.output_cap(511)} output tokens (for the longest input, 511 "
+              "tokens; decode's output cap). transformers' "
               "beam search divides a hypothesis's log-probability by length ** length_penalty, ours by GNMT's "
               "((5 + length) / 6) ** alpha, so beam outputs may differ; greedy outputs (num_beams=1) agree.", ""]
     return "\n".join(lines)
