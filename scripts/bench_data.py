@@ -6,7 +6,7 @@ temporary folder, never committed), then `prepare` runs end to end with a given
 sentencepiece model in a fresh process: pairs/s, peak resident memory, cache size. In the
 same run, sentencepiece's own 2-thread encoding of the same sentences sets the speed to
 compare with; vocabulary training is timed separately; assembling a 25k-token batch from
-the memory-mapped cache is timed last.
+the memory-mapped cache is timed last, after loading it (which verifies its files first).
 
     .venv/bin/python scripts/bench_data.py --pairs 1000000 5000000
 """
@@ -120,9 +120,15 @@ def bench_batches(cache_folder: Path, batch_tokens: int) -> None:
     import numpy as np
     import torch
     from translate.data.batching import collate, token_batches
-    from translate.data.cache import load
+    from translate.data.cache import load, verify
 
-    data = load(cache_folder)
+    started = time.perf_counter()
+    data = load(cache_folder)  # verifies every file's size and checksum against the report first
+    seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    verify(cache_folder, data.report)
+    emit(measurement="cache_load", pairs=len(data.train), cache_mb=round(sum(r["bytes"] for r in data.report["files"].values()) / 2**20, 1),
+         load_seconds=round(seconds, 3), verify_seconds=round(time.perf_counter() - started, 3))
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, batch_tokens, seed=1, epoch=0)
     chosen = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))[:200]]
     specials = data.vocabulary.specials

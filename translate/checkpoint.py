@@ -25,6 +25,7 @@ from translate import paths
 from translate.config import ModelConfig, Norm, Positions, TranslateConfig, to_plain
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import MissingCheckpoint, TranslateError
+from translate.model import Transformer
 
 log = logging.getLogger("translate.checkpoint")
 
@@ -46,22 +47,8 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
     missing = [key for key in REQUIRED if key not in payload]
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
-    try:
-        with paths.atomic_write(path, binary=True, sync=True) as file:
-            torch.save(payload, file)
-    except BaseException as error:
-        failed = _os_error(error)
-        if failed is None:
-            raise
-        before = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
-        raise TranslateError(f"cannot write {path}: {failed.strerror or failed}; {before}") from None
-
-
-def _os_error(error: Optional[BaseException]) -> Optional[OSError]:
-    """The OSError behind a failed write (torch.save's zip writer may wrap it in a RuntimeError)."""
-    while error is not None and not isinstance(error, OSError):
-        error = error.__cause__ or error.__context__
-    return error
+    with paths.atomic_write(path, binary=True, sync=True) as file:
+        torch.save(payload, file)
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -71,8 +58,9 @@ def load(path: Path) -> Dict[str, Any]:
     (dicts, lists, numbers, strings, bytes) and refuses any other object, so a pickle that
     would run code when opened is refused without running it."""
     try:
-        with warnings.catch_warnings():  # torch warns of pickle protocols it may not read: the error says it
-            warnings.simplefilter("ignore")
+        # bytes: an empty vocabulary pickles as a call of bytes(), which builds nothing else.
+        with warnings.catch_warnings(), torch.serialization.safe_globals([bytes]):
+            warnings.simplefilter("ignore")  # torch warns of pickle protocols it may not read: the error says it
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise MissingCheckpoint(f"no checkpoint at {path}") from None
@@ -98,18 +86,54 @@ def _damaged(path: Path, error: Exception) -> TranslateError:
                           "move it away, or use another checkpoint")
 
 
-def model_config(payload: Dict[str, Any]) -> ModelConfig:
+def model_config(payload: Dict[str, Any], path: Optional[Path] = None) -> ModelConfig:
+    """The model settings a checkpoint holds; settings that cannot build a model are one
+    TranslateError line naming the checkpoint (`path`)."""
     names = {f.name for f in fields(ModelConfig)}
-    saved = {k: v for k, v in payload["model_config"].items() if k in names}
-    saved.setdefault("vocab_multiple", 1)  # checkpoints from before vocabulary padding have none
-    cfg = ModelConfig(**saved)  # older checkpoints: today's defaults for what they lack (post-norm, sinusoids)
-    cfg.positions, cfg.norm = Positions(cfg.positions), Norm(cfg.norm)  # saved as plain strings
+    try:
+        saved = {k: v for k, v in payload["model_config"].items() if k in names}
+        saved.setdefault("vocab_multiple", 1)  # checkpoints from before vocabulary padding have none
+        cfg = ModelConfig(**saved)  # older checkpoints: today's defaults for what they lack (post-norm, sinusoids)
+        cfg.positions, cfg.norm = Positions(cfg.positions), Norm(cfg.norm)  # saved as plain strings
+    except (AttributeError, TypeError, ValueError) as error:
+        raise TranslateError(f"{path or 'the checkpoint'}: its model settings (model_config) are not valid: {error}") from None
     return cfg
 
 
-def vocabulary(payload: Dict[str, Any]) -> Vocabulary:
-    """The checkpoint's vocabulary with the special ids it was trained with."""
-    return Vocabulary(payload["vocabulary"], SpecialIds.from_dict(payload.get("specials")))
+def vocabulary(payload: Dict[str, Any], path: Optional[Path] = None) -> Vocabulary:
+    """The checkpoint's vocabulary with the special ids it was trained with; one that
+    sentencepiece cannot read is one TranslateError line naming the checkpoint (`path`)."""
+    where = f"{path or 'the checkpoint'}: its vocabulary (the sentencepiece model)"
+    model = payload["vocabulary"]
+    if not isinstance(model, bytes) or not model:
+        raise TranslateError(f"{where} is {'empty' if isinstance(model, bytes) else 'not bytes'}: the checkpoint is damaged")
+    try:
+        specials = SpecialIds.from_dict(payload.get("specials"))
+        return Vocabulary(model, specials)
+    except RuntimeError:  # sentencepiece's parser: "INTERNAL: ... ParseFromArray"
+        raise TranslateError(f"{where} cannot be read ({len(model):,} bytes): the checkpoint is damaged") from None
+    except (TypeError, ValueError, KeyError, TranslateError) as error:
+        raise TranslateError(f"{where} does not fit its special ids: {error}") from None
+
+
+def check_weights(path: Path, state: Any, model_cfg: ModelConfig) -> None:
+    """The weights (a state_dict) have every name of the model model_cfg describes, no other,
+    each a tensor of the model's shape: else one TranslateError line naming the weight."""
+    with torch.device("meta"):  # shapes only: nothing is allocated or initialized for real
+        expected = {name: tensor.shape for name, tensor in Transformer(model_cfg).state_dict().items()}
+    if not isinstance(state, dict):
+        raise TranslateError(f"{path}: its weights (model) are not a state_dict: the checkpoint is damaged")
+    missing, extra = [n for n in expected if n not in state], [n for n in state if n not in expected]
+    for names, what in ((missing, "lacks the weight"), (extra, "holds a weight its model settings do not have:")):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            raise TranslateError(f"{path} {what} {names[0]}{more}: the checkpoint is damaged, or of other code")
+    for name, shape in expected.items():
+        tensor = state[name]
+        if not isinstance(tensor, torch.Tensor) or tensor.shape != shape:
+            found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise TranslateError(f"{path}: weight {name} is {found}, but its model settings need {tuple(shape)}: "
+                                 "the checkpoint is damaged")
 
 
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:
@@ -124,7 +148,7 @@ def check_same_model(path: Path, payload: Dict[str, Any], model_cfg: ModelConfig
     """Refuse a checkpoint of another model than model_cfg, or of another vocabulary than the
     sentencepiece model `model_bytes` with these special ids, naming what differs (and
     `advice`, what to do about it)."""
-    difference = describe_difference(model_config(payload), model_cfg)
+    difference = describe_difference(model_config(payload, path), model_cfg)
     if difference:
         raise TranslateError(f"{path} holds a different model ({difference}): {advice}")
     if payload["vocabulary"] != model_bytes or SpecialIds.from_dict(payload.get("specials")) != specials:
@@ -142,10 +166,12 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     if not sources:
         raise TranslateError("no checkpoints to average")
     payloads = [load(path) for path in sources]
-    first = payloads[0]
+    first, first_cfg = payloads[0], model_config(payloads[0], sources[0])
+    check_weights(sources[0], first["model"], first_cfg)
     for path, payload in zip(sources[1:], payloads[1:]):
-        check_same_model(path, payload, model_config(first), first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
+        check_same_model(path, payload, first_cfg, first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
                          f"it cannot be averaged with {sources[0]}")
+        check_weights(path, payload["model"], first_cfg)
     mean = {}
     for name, tensor in first["model"].items():
         stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 from omegaconf import DictConfig
 
 from translate.config import TranslateConfig
-from translate.errors import TranslateError
+from translate.errors import TranslateError, describe, os_error_in
 from translate.hydra_cli import (
     CONFIG_DIR,
     HYDRA_QUIET,
@@ -61,7 +61,9 @@ def _resolve_verb(verb: str) -> Callable[[TranslateConfig], object]:
 
 
 def run_verb(verb: str, cfg: TranslateConfig) -> int:
-    """Run a verb; user errors become one line on stderr and exit code 1."""
+    """Run a verb; every fault becomes one line on stderr and a non-zero exit: the user's
+    errors (TranslateError), the operating system's (OSError: the path and the cause), and
+    unexpected ones, whose traceback HYDRA_FULL_ERROR=1 shows instead."""
     try:
         _resolve_verb(verb)(cfg)
     except TranslateError as error:
@@ -70,7 +72,22 @@ def run_verb(verb: str, cfg: TranslateConfig) -> int:
     except KeyboardInterrupt:
         print(f"translate {verb}: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"translate {verb}: error: {fault_line(error)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def fault_line(error: Exception) -> str:
+    """One line for an error no check of ours foresaw."""
+    failed = os_error_in(error)
+    if failed is not None:
+        return describe(failed)
+    text = str(error).strip().splitlines()
+    return (f"{type(error).__name__}{': ' + text[0] if text else ''} (an unexpected error; "
+            "HYDRA_FULL_ERROR=1 shows its traceback)")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

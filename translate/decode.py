@@ -39,15 +39,13 @@ class Translator:
     def from_checkpoint(cls, path: Path) -> "Translator":
         keep_freed_memory()  # each step's (hypotheses, V) log-probs reused, not faulted in afresh
         payload = checkpoint.load(path)
-        model_cfg = checkpoint.model_config(payload)
-        vocabulary = checkpoint.vocabulary(payload)
+        model_cfg = checkpoint.model_config(payload, path)
+        vocabulary = checkpoint.vocabulary(payload, path)
         if len(vocabulary) != model_cfg.vocab_size:
             raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} ids but the model {model_cfg.vocab_size}")
+        checkpoint.check_weights(path, payload["model"], model_cfg)
         model = Transformer(model_cfg, pad_id=vocabulary.specials.pad)
-        try:
-            model.load_state_dict(payload["model"])
-        except RuntimeError as error:
-            raise TranslateError(f"{path}: weights do not fit the model it describes: {str(error).splitlines()[0]}") from None
+        model.load_state_dict(payload["model"])
         model.eval()
         return cls(model, vocabulary, payload.get("languages"))
 

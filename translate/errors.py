@@ -1,5 +1,10 @@
-"""The exceptions that reach the user as a single line (see cli.py), and the kinds of them
-that code branches on."""
+"""The exceptions that reach the user as a single line (see cli.py), the kinds of them that
+code branches on, and the one line an error of the operating system becomes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
 
 
 class TranslateError(Exception):
@@ -20,3 +25,26 @@ class MissingSplit(TranslateError):
 
 class MissingCheckpoint(TranslateError):
     """No checkpoint at the path (a fresh run has none to resume from)."""
+
+
+class DamagedCache(TranslateError):
+    """A token cache folder whose files do not match its report."""
+
+
+def os_error_in(error: Optional[BaseException]) -> Optional[OSError]:
+    """The OSError behind an error (torch.save's zip writer, say, wraps it in a RuntimeError),
+    or None."""
+    seen = set()
+    while error is not None and not isinstance(error, OSError) and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return error if isinstance(error, OSError) else None
+
+
+def describe(error: OSError, path: Optional[Union[str, Path]] = None) -> str:
+    """'PATH: cause' for an operating-system error (no space left on device, file too large,
+    not a directory, permission denied, read-only file system, too many open files ...): the
+    error's own file name, else `path`, else the cause alone."""
+    cause = error.strerror or str(error) or type(error).__name__
+    names = [str(name) for name in (error.filename or path, error.filename2) if name]
+    return f"{' -> '.join(names)}: {cause}" if names else cause

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from translate.config import TranslateConfig
 from translate.data.loading import if_local, local_or_hub
 from translate.errors import TranslateError
-from translate.paths import PROJECT_ROOT
+from translate.paths import PROJECT_ROOT, usable_folder
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
@@ -164,7 +164,8 @@ def sweep_overrides(overrides: List[str]) -> List[str]:
 
 
 def check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
-    """Compose once up front so that a bad key or value is reported as one line.
+    """Compose once up front so that a bad key or value, or a run_dir that cannot be written, is
+    reported as one line.
 
     Skipped for multirun sweeps (their comma lists are not single values) and for Hydra's
     own flags, which hydra.main handles.
@@ -176,9 +177,10 @@ def check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     if launcher and not any(arg in ("--cfg", "-c", "--info", "-i") for arg in overrides):
         return f"{launcher} takes effect in a multirun only: translate {verb} -m {launcher} ..."
     try:
-        load_config(verb, plain)
+        cfg = load_config(verb, plain)
     except TranslateError as error:
         return str(error)
     except Exception as error:  # Hydra's composition errors: ConfigCompositionException & co.
         return _one_line(error)
-    return None
+    problem = usable_folder(Path(cfg.run_dir))  # Hydra writes its files there before any verb runs
+    return f"run_dir {cfg.run_dir}: {problem}" if problem else None

@@ -10,9 +10,10 @@ import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator, List
+from typing import IO, Iterator, List, Optional
 
 from translate.config import TranslateConfig
+from translate.errors import TranslateError, os_error_in
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ and local datasets
 
@@ -87,17 +88,38 @@ def export_dir(cfg: TranslateConfig) -> Path:
 def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterator[IO]:
     """A file to write `path` through: a temporary file in the same folder, renamed over `path`
     once complete (and with `sync`, once on disk), so that readers see the old file or the new
-    one, and a failure (a full disk, a file-size limit, a kill) leaves the old one as it was and
-    nothing half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    one. A failure (a full disk, a file-size limit, a kill) leaves the old one as it was and
+    nothing half-written; an operating-system error becomes one TranslateError line that names
+    `path`, the cause, and whether the previous file is intact."""
+    temporary: Optional[Path] = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        temporary = Path(name)
         with os.fdopen(handle, "wb" if binary else "w", encoding=None if binary else "utf-8") as file:
             yield file
             if sync:
                 file.flush()
                 os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    except BaseException as error:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        failed = os_error_in(error)
+        if failed is None:
+            raise
+        before = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
+        raise TranslateError(f"cannot write {path}: {failed.strerror or failed}; {before}") from None
+
+
+def usable_folder(folder: Path) -> Optional[str]:
+    """Why `folder` could not be created and written (an ancestor that is a file, one that
+    cannot be written), or None where it can."""
+    for ancestor in [folder, *folder.absolute().parents]:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"{ancestor} is a file, not a folder"
+            if not os.access(ancestor, os.W_OK | os.X_OK):
+                return f"{ancestor} cannot be written"
+            return None
+    return None

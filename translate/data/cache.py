@@ -20,8 +20,9 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 
 from translate.data.vocabulary import Vocabulary
+from translate.errors import DamagedCache
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the report records each file's size and checksum
 SIDES = ("src", "tgt")
 REPORT = "report.json"  # written last: marks a folder complete
 VOCABULARY = "vocabulary.model"
@@ -119,9 +120,49 @@ def exclusive(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def file_records(folder: Path) -> Dict[str, Dict[str, object]]:
+    """Each file of a cache folder but its report: its size in bytes and its xxh3-64 checksum
+    (a pass over the files at memory speed: about 0.1 s for a 1M-pair cache)."""
+    return {path.name: {"bytes": path.stat().st_size, "xxh3_64": _checksum(path)}
+            for path in sorted(folder.iterdir()) if path.is_file() and path.name != REPORT}
+
+
+def _checksum(path: Path) -> str:
+    import xxhash
+
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(folder: Path, report: Dict) -> None:
+    """Every file the report records is there with its size and checksum: else DamagedCache,
+    naming the folder and the first file that differs (a cut, a damaged byte, a missing file)."""
+    records = report.get("files")
+    if not isinstance(records, dict) or not records:
+        raise DamagedCache(f"token cache {folder} is damaged: its report records no files")
+    for name, record in records.items():
+        path = folder / name
+        if not path.is_file():
+            raise DamagedCache(f"token cache {folder} is damaged: {name} is missing")
+        size = path.stat().st_size
+        if size != record["bytes"]:
+            raise DamagedCache(f"token cache {folder} is damaged: {name} has {size:,} bytes, its report says "
+                               f"{record['bytes']:,}")
+        if _checksum(path) != record["xxh3_64"]:
+            raise DamagedCache(f"token cache {folder} is damaged: {name} does not match its checksum")
+
+
 def load(folder: Path) -> PreparedData:
-    """The vocabulary and encoded splits of a complete cache folder."""
-    report = json.loads((folder / REPORT).read_text())
+    """The vocabulary and encoded splits of a complete cache folder, verified against its report
+    first (DamagedCache where they differ: nothing is trained on a cache that does not match)."""
+    try:
+        report = json.loads((folder / REPORT).read_text())
+    except ValueError:
+        raise DamagedCache(f"token cache {folder} is damaged: its {REPORT} cannot be read") from None
+    verify(folder, report)
     vocabulary = Vocabulary((folder / VOCABULARY).read_bytes())
     valid = EncodedSplit.load(folder, "valid", report["dtype"]) if "valid" in report else None
     return PreparedData(folder, vocabulary, EncodedSplit.load(folder, "train", report["dtype"]), valid, report)

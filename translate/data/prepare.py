@@ -21,11 +21,14 @@ import numpy as np
 
 from translate import paths
 from translate.config import DataConfig, TranslateConfig
-from translate.data.cache import FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, is_complete, load
+from translate.data.cache import (FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
+                                  is_complete, load)
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.progress import Progress
 from translate.data.vocabulary import Vocabulary
-from translate.errors import MissingSplit, TranslateError
+from translate.errors import DamagedCache, MissingSplit, TranslateError, describe, os_error_in
+
+warn = logging.getLogger("translate.prepare").warning
 
 
 def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus]) -> str:
@@ -49,20 +52,30 @@ def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[Paralle
 
 
 def prepare(data: DataConfig, log=print) -> PreparedData:
-    """Load the encoded corpus from the cache, building it first if needed."""
+    """Load the encoded corpus from the cache, building it first if needed: where the cached
+    folder is damaged (its files do not match its report), it is rebuilt after a warning that
+    names it, since it is derived data and nothing else is trusted."""
     train = load_corpus(data, data.train_split)
     if len(train) == 0:
         raise TranslateError(f"{train.description} is empty")
     valid = _optional_split(data, data.valid_split)
     key = fingerprint(data, train, valid)
     folder = Path(data.cache_dir) / key
-    if not is_complete(folder):
-        with exclusive(folder):  # one process builds; the others wait here, then load
-            if not is_complete(folder):
-                log(f"preparing {train.description}: {len(train):,} pairs -> {folder}")
-                _build(folder, data, train, valid, log)
-    else:
-        log(f"using cached corpus {folder}")
+    if is_complete(folder):
+        try:
+            prepared = load(folder)
+            log(f"using cached corpus {folder}")
+            return prepared
+        except DamagedCache as error:
+            warn(f"{error}: rebuilding it")
+    with exclusive(folder):  # one process builds; the others wait here, then load
+        if is_complete(folder):
+            try:
+                return load(folder)  # another process built it meanwhile
+            except DamagedCache:
+                pass
+        log(f"preparing {train.description}: {len(train):,} pairs -> {folder}")
+        _build(folder, data, train, valid, log)
     return load(folder)
 
 
@@ -111,36 +124,53 @@ def _read_spm_model(path: str) -> bytes:
 
 
 def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus], log) -> None:
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    """Build the cache in a staging folder beside `folder`, then rename it into place (over a
+    damaged or stale folder of that name); an operating-system error (a full disk, a file-size
+    limit) is one line, and nothing of the staging folder is kept."""
+    staging: Optional[Path] = None
     try:
-        if data.spm_model:
-            vocabulary = Vocabulary(_read_spm_model(data.spm_model))
-        else:
-            vocabulary = Vocabulary.train(_both_sides(train), data.vocab_size, data.vocab_type, sample_size=data.vocab_sample)
-        (staging / VOCABULARY).write_bytes(vocabulary.model_bytes)
-        dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
-        report: Dict = {"vocab_size": len(vocabulary), "specials": vocabulary.specials.as_dict(), "dtype": dtype.name,
-                        "settings": asdict(data)}
-        test = _optional_split(data, "test")
-        test_sets = _sentence_sets(test) if test is not None else None
-        report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
-                                           log=log)
-        if report["train"]["kept"] == 0:
-            raise TranslateError(f"{train.description}: no pair left after cleaning")
-        if valid is not None:
-            report["valid"], _ = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)
-        train_tokens = report["train"]["tokens_src"] + report["train"]["tokens_tgt"]
-        report["coverage"] = 1 - (report["train"]["unk_src"] + report["train"]["unk_tgt"]) / max(1, train_tokens)
-        if test_sets is not None:
-            report["test_overlap"] = {"sentences": len(test), **overlap}
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        report = _encode_splits(staging, data, train, valid, log)
+        report["files"] = file_records(staging)
         (staging / REPORT).write_text(json.dumps(report, indent=2))  # last: marks the folder complete
-        if folder.exists():  # a stale incomplete folder from an older version: replace it
+        if folder.exists():
             shutil.rmtree(folder)
         os.replace(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        failed = os_error_in(error)
+        if failed is None:
+            raise
+        raise TranslateError(f"cannot build the token cache {folder}: {describe(failed)}; nothing of it was kept "
+                             "(the next run prepares it afresh)") from None
     log(summary(report))
+
+
+def _encode_splits(staging: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus],
+                   log) -> Dict:
+    """The vocabulary and the encoded training and dev splits in `staging`; returns the report."""
+    if data.spm_model:
+        vocabulary = Vocabulary(_read_spm_model(data.spm_model))
+    else:
+        vocabulary = Vocabulary.train(_both_sides(train), data.vocab_size, data.vocab_type, sample_size=data.vocab_sample)
+    (staging / VOCABULARY).write_bytes(vocabulary.model_bytes)
+    dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
+    report: Dict = {"vocab_size": len(vocabulary), "specials": vocabulary.specials.as_dict(), "dtype": dtype.name,
+                    "settings": asdict(data)}
+    test = _optional_split(data, "test")
+    test_sets = _sentence_sets(test) if test is not None else None
+    report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
+                                       log=log)
+    if report["train"]["kept"] == 0:
+        raise TranslateError(f"{train.description}: no pair left after cleaning")
+    if valid is not None:
+        report["valid"], _ = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)
+    train_tokens = report["train"]["tokens_src"] + report["train"]["tokens_tgt"]
+    report["coverage"] = 1 - (report["train"]["unk_src"] + report["train"]["unk_tgt"]) / max(1, train_tokens)
+    if test_sets is not None:
+        report["test_overlap"] = {"sentences": len(test), **overlap}
+    return report
 
 
 def _both_sides(corpus: ParallelCorpus) -> Iterator[str]:

@@ -44,26 +44,39 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
                         optimizer: Adam, schedule: InverseSquareRootSchedule,
                         scaler: Optional["torch.amp.GradScaler"]) -> Optional[Dict[str, Any]]:
     """Restore what checkpoint_last.pt at `path` holds into the model, optimizer, schedule and
-    scaler; returns the payload (for the process states), or None where there is none yet."""
+    scaler; returns the payload (for the process states), or None where there is none yet.
+    Each part is checked before use: a damaged one is one line naming it."""
     try:
         payload = checkpoint.load(path)
     except MissingCheckpoint:
         return None
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
     check_same_settings(path, payload, optim)
+    checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:
-        optimizer.load_state_dict(payload["optimizer"])
-        schedule.load_state_dict(payload["scheduler"])
+        _restore(path, "optimizer state", optimizer.load_state_dict, payload["optimizer"])
+        _restore(path, "schedule state", schedule.load_state_dict, payload.get("scheduler"))
     if scaler is not None and "scaler" in payload:
-        scaler.load_state_dict(payload["scaler"])
+        _restore(path, "loss scaler state", scaler.load_state_dict, payload["scaler"])
     return payload
+
+
+def _restore(path: Path, part: str, load, state: Any) -> None:
+    """load(state), a damaged state being one line naming the checkpoint and the part."""
+    try:
+        load(state)
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TranslateError(f"{path}: its {part} cannot be restored ({reason}): the checkpoint is damaged; "
+                             "move it away to start afresh, or use train.init_from for its weights") from None
 
 
 def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
     """Fine-tuning (train.init_from): another run's weights, nothing else."""
     payload = checkpoint.load(path)
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
+    checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
 
 
