@@ -3,6 +3,8 @@ code branches on, and the one line an error of the operating system becomes."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Optional, Union
 
@@ -32,13 +34,18 @@ class DamagedCache(TranslateError):
 
 
 def os_error_in(error: Optional[BaseException]) -> Optional[OSError]:
-    """The OSError behind an error (torch.save's zip writer, say, wraps it in a RuntimeError),
-    or None."""
+    """The OSError behind an error, or None: torch.save's zip writer wraps it in a
+    RuntimeError, and libraries written in Rust (safetensors) say only "(os error N)"."""
     seen = set()
-    while error is not None and not isinstance(error, OSError) and id(error) not in seen:
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        code = re.search(r"\(os error (\d+)\)", str(error))
+        if code:
+            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return error if isinstance(error, OSError) else None
+    return None
 
 
 def describe(error: OSError, path: Optional[Union[str, Path]] = None) -> str:

@@ -91,6 +91,9 @@ def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterat
     one. A failure (a full disk, a file-size limit, a kill) leaves the old one as it was and
     nothing half-written; an operating-system error becomes one TranslateError line that names
     `path`, the cause, and whether the previous file is intact."""
+    problem = usable_folder(path.parent)
+    if problem:
+        raise TranslateError(f"cannot write {path}: {problem}")
     temporary: Optional[Path] = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,9 @@ def prepare(data: DataConfig, log=print) -> PreparedData:
     valid = _optional_split(data, data.valid_split)
     key = fingerprint(data, train, valid)
     folder = Path(data.cache_dir) / key
+    problem = paths.usable_folder(folder)
+    if problem:
+        raise TranslateError(f"data.cache_dir {data.cache_dir}: {problem}")
     if is_complete(folder):
         try:
             prepared = load(folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from translate import checkpoint, paths
 from translate.config import ExportFormat, TranslateConfig
-from translate.errors import TranslateError
+from translate.errors import TranslateError, os_error_in
 
 log = logging.getLogger("translate.export")
 
@@ -29,6 +29,9 @@ def export(cfg: TranslateConfig) -> Path:
 
     source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else checkpoint.for_decoding(cfg)
     translator = Translator.from_checkpoint(source)
+    problem = paths.usable_folder(output.parent)
+    if problem:
+        raise TranslateError(f"export.output {output}: {problem}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
@@ -46,9 +49,13 @@ def export(cfg: TranslateConfig) -> Path:
                   "max_source_length": cfg.decode.max_source_length}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
+        failed = os_error_in(error)
+        if failed is None:
+            raise
+        before = "the previous export is intact" if output.exists() else "nothing was written"
+        raise TranslateError(f"cannot write the export {output}: {failed.strerror or failed}; {before}") from None
     log.info(f"wrote {output}: {cfg.export.format} model of {source}")
     return output
 
