@@ -70,10 +70,15 @@ def ours(model: str, updates: int, threads: int, folder: Path) -> float:
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     command = [sys.executable, "-m", "translate", "train", *train_overrides(model, updates, threads, run_dir)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
-    windows = [(int(n), float(rate)) for n, rate in re.findall(r"update (\d+): loss .*? (\d+) tgt tok/s", result.stderr)]
+    return steady_rate(result.stderr)
+
+
+def steady_rate(log: str) -> float:
+    """Target tokens/s over a `translate train` log's windows after the first SKIPPED updates."""
+    windows = [(int(n), float(rate)) for n, rate in re.findall(r"update (\d+): loss .*? (\d+) tgt tok/s", log)]
     rates = [rate for n, rate in windows if n > SKIPPED]
     if not rates:
-        raise SystemExit(f"no log windows after update {SKIPPED} in:\n{result.stderr[-2000:]}")
+        raise SystemExit(f"no log windows after update {SKIPPED} in:\n{log[-2000:]}")
     return len(rates) / sum(1 / rate for rate in rates)  # equal-sized windows: the harmonic mean is tokens / time
 
 

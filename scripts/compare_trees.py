@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Behaviour and speed of this tree against another revision's, side by side: one JSON line per
+measurement. For a change that must not change behaviour (a redesign, a clean-up).
+
+The other revision is checked out into a temporary git worktree and run with this venv (its
+`python -m translate` imports the tree it runs in). Measured:
+- `same_training`: 14 updates of a small model on Multi30k's dev split, one thread, with two
+  validations (dev loss and greedy BLEU): every tensor and value of checkpoint_last.pt
+  (weights, Adam's moments and step counts, schedule, random states, data position) equal;
+- `same_resume`: the other tree's checkpoint at update 7 resumed by this tree to 14 equals the
+  other tree's uninterrupted 14;
+- `same_outputs`: that checkpoint decoded (beam 4 and greedy, Multi30k test) and exported to
+  CTranslate2 by both trees: identical files;
+- `throughput` (--rounds N): the tiny model's whole `translate train` loop, target tokens/s as
+  scripts/bench_fairseq.py measures ours, the two trees interleaved, and their ratio per round.
+
+    .venv/bin/python scripts/compare_trees.py --base HEAD~3 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+import bench_fairseq  # noqa: E402
+
+SMALL = ["config=tiny", f"data.path={MULTI30K}", "data.train_split=validation", "data.vocab_size=603",
+         "model.d_model=64", "model.d_ff=128", "model.heads=4", "model.layers=2", "optim.warmup_steps=10",
+         "train.tokens_per_batch=1500", "train.tokens_per_update=3000", "train.max_steps=14", "train.log_every=7",
+         "checkpoint.every_steps=7", "valid.every_steps=7", "valid.bleu_sentences=20", "train.threads=1"]
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def translate(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "translate", *args], cwd=tree, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"translate {args[0]} failed in {tree}:\n{result.stderr[-3000:]}")
+    return result
+
+
+def flat(value: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """(dotted name, leaf) of a checkpoint's nested dicts and lists."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from flat(item, f"{prefix}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from flat(item, f"{prefix}[{index}]")
+    else:
+        yield prefix, value
+
+
+def differences(a: Path, b: Path) -> List[str]:
+    """The leaves of two checkpoints that differ (the settings aside: they name other paths)."""
+    import torch
+
+    left, right = (dict(flat(torch.load(p, weights_only=True))) for p in (a, b))
+    names = sorted(n for n in set(left) | set(right) if not n.startswith(".config"))
+    same = lambda x, y: (torch.equal(x, y) and x.dtype == y.dtype) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y  # noqa: E731
+    return [n for n in names if n not in left or n not in right or not same(left[n], right[n])]
+
+
+def same_training(base: Path, folder: Path) -> Path:
+    runs = {}
+    for name, tree in (("base", base), ("this", ROOT)):
+        runs[name] = folder / name
+        translate(tree, "train", *SMALL, f"run_dir={runs[name]}/run", f"data.cache_dir={runs[name]}/cache")
+    differ = differences(runs["base"] / "run/checkpoint_last.pt", runs["this"] / "run/checkpoint_last.pt")
+    emit(measurement="same_training", updates=14, identical=not differ, differing=differ[:10])
+    split = folder / "split"
+    seven = [o if not o.startswith("train.max_steps=") else "train.max_steps=7" for o in SMALL]
+    translate(base, "train", *seven, f"run_dir={split}/run", f"data.cache_dir={split}/cache")
+    translate(ROOT, "train", *SMALL, f"run_dir={split}/run", f"data.cache_dir={split}/cache")
+    differ = differences(runs["base"] / "run/checkpoint_last.pt", split / "run/checkpoint_last.pt")
+    emit(measurement="same_resume", updates="7 (base) + 7 (this)", identical=not differ, differing=differ[:10])
+    return runs["this"] / "run/checkpoint_last.pt"
+
+
+def same_outputs(base: Path, checkpoint: Path, folder: Path) -> None:
+    digests: Dict[str, Dict[str, str]] = {}
+    for name, tree in (("base", base), ("this", ROOT)):
+        out = folder / f"outputs-{name}"
+        common = ["config=tiny", f"data.path={MULTI30K}", f"decode.checkpoint={checkpoint}", f"run_dir={out}"]
+        translate(tree, "decode", *common, f"decode.output={out}/beam4.de")
+        translate(tree, "decode", *common, "decode.beam_size=1", f"decode.output={out}/greedy.de")
+        translate(tree, "export", *common, f"export.checkpoint={checkpoint}", f"export.output={out}/ct2")
+        digests[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*"))
+                         if p.is_file() and "hydra" not in p.parts and p.name != "translate_export.json"}
+    differ = sorted(k for k in set(digests["base"]) | set(digests["this"]) if digests["base"].get(k) != digests["this"].get(k))
+    emit(measurement="same_outputs", files=sorted(digests["this"]), identical=not differ, differing=differ)
+
+
+def throughput(base: Path, rounds: int, threads: int, folder: Path) -> None:
+    """The tiny model's whole training loop in each tree, interleaved (bench_fairseq's measure)."""
+    for round_ in range(1, rounds + 1):
+        rates = {}
+        for name, tree in (("base", base), ("this", ROOT)):
+            run_dir = folder / f"speed-{name}"
+            result = translate(tree, "train", *bench_fairseq.train_overrides("tiny", 60, threads, run_dir))
+            rates[name] = bench_fairseq.steady_rate(result.stderr)
+        emit(measurement="throughput", round=round_, model="tiny", threads=threads,
+             base_target_tokens_per_s=round(rates["base"], 1), this_target_tokens_per_s=round(rates["this"], 1),
+             ratio=round(rates["this"] / rates["base"], 3))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="HEAD", help="the revision to compare with (a commit, a branch)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved throughput rounds (0: none)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, base = Path(scratch), Path(scratch) / "base-tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            emit(measurement="trees", base=args.base, this=str(ROOT))
+            checkpoint = same_training(base, folder)
+            same_outputs(base, checkpoint, folder)
+            throughput(base, args.rounds, args.threads, folder)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
