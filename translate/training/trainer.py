@@ -196,10 +196,11 @@ class Trainer:
                 continue
             if _every(state.updates, cfg.train.log_every) or state.updates == cfg.train.max_steps:
                 self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
+            # Validate before saving, so that the checkpoint holds this validation's result.
+            if _every(state.updates, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
+                break  # early stopping: validate() has saved
             if self.save_due():
                 self.save()
-            if _every(state.updates, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
-                break
         self.settle()
         if state.saved_at != state.updates:  # early stopping, say, has just saved
             self.save()
