@@ -25,6 +25,8 @@ SEED = 12345  # the paired bootstrap's resampling seed (sacreBLEU's own default)
 # whitespace, so one match may end inside a character and the next start in it ("ü-ä-ö" splits
 # twice, "a-b-c" once); /g resumes after each match, as re.sub does. Hence a bytes pattern.
 _COMPOUND = re.compile(rb"(\S)-(\S)")
+_FINAL_PERIOD = re.compile(r"\S+\.")  # a word ending in a period, as tokenizer.perl's /^(\S+)\.$/
+_DOTS = re.compile(r"\.+")
 _VARIANTS = {
     3003: "newstest2014 full (3,003 lines, sacreBLEU wmt14/full)",
     2737: "newstest2014 filtered (2,737 lines, sacreBLEU wmt14)",
@@ -55,11 +57,24 @@ def split_compounds(line: str) -> str:
 
 
 def moses_tokenize(lines: List[str], lang: str) -> List[str]:
-    """Moses tokenizer.perl -l LANG with its defaults (escaping on, no aggressive hyphen splits)."""
+    """Moses tokenizer.perl -l LANG with its defaults (escaping on, no aggressive hyphen splits):
+    sacremoses, and tokenizer.perl's rule for a line's last word that sacremoses lacks."""
     from sacremoses import MosesTokenizer
 
     tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, escape=True, return_str=True) for line in lines]
+    return [split_final_period(tokenizer.tokenize(line, escape=True, return_str=True)) for line in lines]
+
+
+def split_final_period(tokenized: str) -> str:
+    """tokenizer.perl splits the period off a line's last word whatever the word ("split last
+    words independently as they are unlikely to be non-breaking prefixes"), where sacremoses
+    keeps a non-breaking prefix or an abbreviation whole: "Gate 24." -> "Gate 24 .", "etc." ->
+    "etc .", "FoxNews.com." -> "FoxNews.com .". A word of dots alone ("...") is left as it is:
+    tokenizer.perl has turned it into DOTMULTI by then."""
+    head, _, last = tokenized.rpartition(" ")
+    if _FINAL_PERIOD.fullmatch(last) and not _DOTS.fullmatch(last):
+        return f"{head} {last[:-1]} ." if head else f"{last[:-1]} ."
+    return tokenized
 
 
 def tokenized_bleu(hypotheses: List[str], references: List[str], lang: str) -> Tuple[Any, Any]:
