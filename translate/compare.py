@@ -2,7 +2,8 @@
 
 Each run is read from its run record (run_record.json, which train keeps and bleu adds to): the
 settings that differ between the runs, parameters, updates, training compute, the last
-validation's dev loss, perplexity and BLEU, and the test BLEU where the run's decode was scored.
+validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored, and
+the minutes and updates to train.target_bleu where a run had one.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def rows(runs: List[Path]) -> List[Dict[str, Any]]:
                "train_flops": training.get("model_flops"), "dev_loss": valid.get("loss"),
                "dev_ppl": math.exp(valid["nll"]) if "nll" in valid else None, "dev_bleu": valid.get("bleu"),
                "test_bleu": test_bleu}
+        if any("target" in r for r in records):  # train.target_bleu: the time to it, from the process start
+            target = record.get("target") or {}
+            row["target_minutes"] = target["process_seconds"] / 60 if target else None
+            row["target_updates"] = target.get("update")
         table.append(row)
     return table
 

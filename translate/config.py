@@ -176,6 +176,9 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (worth it for long GPU runs; on a 2-core CPU tiny trained 0.76x eager after 38 s of compiling)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
     max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
+    # Stop at the first validation whose dev BLEU reaches this (MLPerf's quality target); the run
+    # record keeps the time to it (seconds, updates, tokens, FLOPs). None: no target.
+    target_bleu: Optional[float] = None
 
 
 @dataclass
@@ -293,6 +296,11 @@ class TranslateConfig:
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     table: TableConfig = field(default_factory=TableConfig)
+
+    def __post_init__(self) -> None:
+        if self.train.target_bleu is not None and (self.valid.every_steps < 1 or self.valid.bleu_sentences < 1):
+            raise ValueError("train.target_bleu needs validations with BLEU: valid.every_steps > 0 and "
+                             "valid.bleu_sentences > 0")
 
 
 @dataclass(frozen=True)

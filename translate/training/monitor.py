@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ class Monitor:
         self.first_update = first_update  # where this run's loop began
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
         self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
+        self.target: Optional[Dict[str, float]] = None  # when train.target_bleu was reached
         self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
         self.progress = _progress_bar(cfg.train.max_steps, first_update) if context.is_main else None
 
@@ -86,13 +88,29 @@ class Monitor:
         text = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
         log.info(f"update {updates}: dev {text}" + (" (best)" if improved else f" (best {best:.3f})"))
 
+    def reached(self, updates: int, bleu: float, target: float) -> None:
+        """train.target_bleu reached (main process): the time to it, as MLPerf counts it, from
+        this process's start (start-up included), and the training compute to it over every run
+        of this run_dir (as of the last log line)."""
+        tokens = self.accounting.done / self.accounting.flops_per_token
+        self.target = {"target_bleu": target, "bleu": bleu, "update": updates,
+                       "process_seconds": seconds_since_process_start(),
+                       "training_seconds": self.previous["seconds"] + time.monotonic() - self.started,
+                       "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens),
+                       "model_flops": self.previous["model_flops"] + self.accounting.done}
+        log.info(f"update {updates}: dev BLEU {bleu:.2f} reached train.target_bleu={target} after "
+                 f"{self.target['process_seconds'] / 60:.1f} min")
+
     def record(self, updates: int, skipped: int) -> None:
         """The run record's training part, as of the checkpoint just written (main process)."""
+        tokens = self.accounting.done / self.accounting.flops_per_token
         training = {"updates": updates, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
-                    "model_flops": self.previous["model_flops"] + self.accounting.done, "skipped_updates": skipped,
+                    "model_flops": self.previous["model_flops"] + self.accounting.done,
+                    "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens), "skipped_updates": skipped,
                     "device": str(self.context.device), "processes": self.context.world_size,
                     "precision": self.precision}
-        run_record.record_training(self.run_dir, **self.record_parts, training=training, valid=self.last_valid)
+        run_record.record_training(self.run_dir, **self.record_parts, training=training, valid=self.last_valid,
+                                   target=self.target)
 
     def report(self, updates: int, last_path: Path) -> None:
         """The run's last log line: throughput, padding and loss over all its updates."""
@@ -109,6 +127,20 @@ class Monitor:
         for resource in (self.progress, self.writer):
             if resource is not None:
                 resource.close()
+
+
+_IMPORTED = time.monotonic()
+
+
+def seconds_since_process_start() -> float:
+    """Wall seconds since this process started (Linux: from /proc; elsewhere: since this module
+    was imported, which is soon after)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # after "pid (name)"
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks after boot
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
 
 
 def bar_total(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:

@@ -38,9 +38,11 @@ def command_line(verb: str) -> str:
 
 
 def record_training(run_dir: Path, settings: Dict[str, Any], data: Dict[str, Any], model: Dict[str, Any],
-                    training: Dict[str, Any], valid: Optional[Dict[str, Any]]) -> None:
+                    training: Dict[str, Any], valid: Optional[Dict[str, Any]],
+                    target: Optional[Dict[str, Any]] = None) -> None:
     """train's part, rewritten at every checkpoint: `training` holds the updates and the compute
-    totals over every run that led to this checkpoint."""
+    totals over every run that led to this checkpoint; `target`, when train.target_bleu was
+    reached, the time and compute to it."""
     record = load(run_dir)
     commands = record.get("commands", [])
     if command_line("train") not in commands:
@@ -48,6 +50,8 @@ def record_training(run_dir: Path, settings: Dict[str, Any], data: Dict[str, Any
     record.update(settings=settings, data=data, model=model, training=training, commands=commands)
     if valid is not None:
         record["valid"] = valid
+    if target is not None:
+        record["target"] = target
     save(run_dir, record)
 
 
@@ -55,8 +59,8 @@ def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Dict[str, f
     """The compute totals a resumed run adds to: the record's, if it describes the resumed update."""
     training = load(run_dir).get("training", {})
     if resumed_step is None or training.get("updates") != resumed_step:
-        return {"seconds": 0.0, "model_flops": 0.0}
-    return {"seconds": float(training.get("seconds", 0.0)), "model_flops": float(training.get("model_flops", 0.0))}
+        return {"seconds": 0.0, "model_flops": 0.0, "target_tokens": 0.0}
+    return {key: float(training.get(key, 0.0)) for key in ("seconds", "model_flops", "target_tokens")}
 
 
 def record_score(run_dir: Path, report: Dict[str, Any]) -> None:

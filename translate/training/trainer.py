@@ -291,23 +291,29 @@ class Trainer:
 
     def validate(self) -> bool:
         """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
-        whether to stop early (valid.patience), agreed by all processes. Saves before stopping."""
-        cfg, stop = self.cfg, False
+        whether to stop (valid.patience, train.target_bleu), agreed by all processes. Saves
+        before stopping."""
+        cfg, why = self.cfg, None
         if self.context.is_main:
             metrics, hypotheses = evaluate(self.model, self.data.valid, self.data.vocabulary, self.dev,
                                            cfg.train.tokens_per_batch, cfg.train.label_smoothing, self.context.device)
             improved = self.tracker.update(metrics[cfg.valid.metric])
             self.monitor.dev(self.state.updates, metrics, hypotheses, self.dev, improved, self.tracker.best)
+            if cfg.train.target_bleu is not None and metrics["bleu"] >= cfg.train.target_bleu:
+                self.monitor.reached(self.state.updates, metrics["bleu"], cfg.train.target_bleu)
+                why = f"stopping at update {self.state.updates}: train.target_bleu reached"
+            elif cfg.valid.patience and self.tracker.since_best >= cfg.valid.patience:
+                why = (f"early stopping at update {self.state.updates}: no better {cfg.valid.metric} in "
+                       f"{cfg.valid.patience} validations")
             if self.last_path.is_file():
                 self.monitor.record(self.state.updates, self.state.skipped)
             if improved:
                 checkpoint.save(Path(cfg.run_dir) / paths.BEST_CHECKPOINT, {**self.weights(), "dev": metrics})
-            stop = bool(cfg.valid.patience) and self.tracker.since_best >= cfg.valid.patience
-        if not distributed.any_true(stop, self.context):
+        why = distributed.from_main(why, self.context)
+        if why is None:
             return False
         self.save()
-        log.info(f"early stopping at update {self.state.updates}: no better {cfg.valid.metric} in "
-                 f"{cfg.valid.patience} validations")
+        log.info(why)
         return True
 
     def time_is_up(self) -> bool:
