@@ -1,12 +1,16 @@
-"""Shared fixtures: the real data in ../shared/data, shrunk configs, one trained checkpoint."""
+"""Shared fixtures and helpers: the real data in ../shared/data, shrunk configs, trained
+checkpoints, and the one way each of these is done: run a command (`run`, `run_cli`), find a
+run's folder (`run_dir_of`), check a clear failure (`one_line_error`)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import pytest
 
@@ -32,7 +36,9 @@ SMALL = [
     "train.max_steps=30",
     "train.log_every=10",
 ]
-
+FEW = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1"]  # two updates
+# Runs that are stopped and resumed: a log line each update, a checkpoint every 5, no validation.
+RESUMABLE = ["train.log_every=1", "checkpoint.every_steps=5", "checkpoint.every_minutes=null", "valid.every_steps=0"]
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -51,6 +57,178 @@ def need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"shared data not found: {path}")
     return path
+
+
+# Commands.
+
+
+def cli(*args: str) -> List[str]:
+    """The command line of `translate ARGS`."""
+    return [sys.executable, "-m", "translate", *args]
+
+
+def torchrun(*args: str, processes: int = 2) -> List[str]:
+    """The command line of `translate ARGS` in `processes` processes on this machine under
+    torchrun, with a rendezvous port of its own."""
+    return [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", "-m", "translate", *args]
+
+
+def start(command: Sequence[str], env=None, **options) -> subprocess.Popen:
+    """Start `command` in the repository, in a session of its own (so that all of its processes
+    can be ended together), unbuffered, its output captured as text unless `options` say
+    otherwise (subprocess.Popen's)."""
+    options = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), **options)
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(list(command), cwd=ROOT, env=env, start_new_session=True, **options)
+
+
+def run(command: Sequence[str], *, env=None, timeout: float = 600, check: bool = False, input=None,
+        **options) -> subprocess.CompletedProcess:
+    """Run `command` to its end (see start); past `timeout` every process it started is killed.
+    With check, a non-zero exit fails the test, showing the output. `input` (str, or bytes for
+    binary output) goes to its standard input."""
+    if input is not None:
+        options = dict(dict(stdin=subprocess.PIPE, text=not isinstance(input, bytes)), **options)
+    process = start(command, env=env, **options)
+    try:
+        stdout, stderr = process.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [process.pid, *descendants(process.pid)]:  # torchrun's workers have sessions of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.communicate(timeout=60)
+        raise
+    result = subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, command))} failed ({result.returncode}):\n{stdout}\n{stderr}")
+    return result
+
+
+def descendants(pid: int) -> List[int]:
+    """The processes that `pid` started, and theirs (Linux: read from /proc)."""
+    children: Dict[int, List[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, waiting = [], [pid]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            found.append(child)
+            waiting.append(child)
+    return found
+
+
+def run_cli(*args: str, **options) -> subprocess.CompletedProcess:
+    """Run `translate ARGS` as a user would (options: run's: env=, timeout=, check=, input=, ...)."""
+    return run(cli(*args), **options)
+
+
+def hook_env(tmp_path: Path, code: str = "", blocked: Sequence[str] = (), **variables: str) -> Dict[str, str]:
+    """An environment whose Python runs `code` at start-up (a sitecustomize of this test's own),
+    in which each package of `blocked` fails to import, as if not installed, with `variables`."""
+    folder = tmp_path / "hook"
+    folder.mkdir(exist_ok=True)
+    if code:
+        (folder / "sitecustomize.py").write_text(code, encoding="utf-8")
+    for package in blocked:
+        (folder / package).mkdir(exist_ok=True)
+        (folder / package / "__init__.py").write_text("raise ImportError('not installed')\n", encoding="utf-8")
+    return dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **variables)
+
+
+def wait_for(path: Path, timeout: float = 300) -> None:
+    """Until `path` exists (a checkpoint a running training writes), at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def gloo_pair(worker: Callable, overrides: List[str]):
+    """Run worker(rank, port, overrides, results) in two spawned processes (rank 0 and 1, a
+    rendezvous port of their own): what rank 0 puts in results."""
+    import torch.multiprocessing as mp
+
+    results = mp.get_context("spawn").Queue()
+    mp.start_processes(worker, args=(free_port(), overrides, results), nprocs=2, join=True, start_method="spawn")
+    return results.get(timeout=60)
+
+
+# Checks.
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments: str, logs: bool = False) -> None:
+    """Exit 1, no traceback, and the problem in one `translate VERB: error:` line holding every
+    fragment: the whole of stderr, or with logs, its last line after translate's own log lines."""
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    if logs:  # progress log lines (`[...][translate.data.prepare][INFO] - ...`) may come first
+        assert all("][translate." in line for line in lines[:-1]), result.stderr
+        lines = lines[-1:]
+    assert len(lines) == 1 and ": error: " in lines[0], result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+# Runs.
+
+
+def run_dir_of(overrides: List[str]) -> Path:
+    """The run_dir that these overrides name."""
+    return Path(next(o for o in overrides if o.startswith("run_dir=")).split("=", 1)[1])
+
+
+def small_run(tmp_path: Path, *extra: str, folder: str = "run") -> List[str]:
+    """The overrides of a SMALL model trained in tmp_path/FOLDER, its cache in tmp_path/cache:
+    SMALL without its number of updates and logging period (`extra` may give them)."""
+    return SMALL[:-2] + [*extra, f"run_dir={tmp_path / folder}", f"data.cache_dir={tmp_path / 'cache'}"]
+
+
+def train_resumable(tmp_path: Path, folder: str, *extra: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`translate train` of a RESUMABLE small model in tmp_path/FOLDER, with `extra` overrides."""
+    return run_cli("train", *small_run(tmp_path, *RESUMABLE, *extra, folder=folder), env=env, timeout=timeout)
+
+
+def noam(step: int, d_model: int = 512, warmup: int = 4000, scale: float = 1.0) -> float:
+    """The paper's formula (section 5.3), written out again as the reference."""
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def write_pairs(folder: Path, name: str, pairs: List[Tuple[str, str]]) -> None:
+    """A plain-text corpus: folder/NAME.en and folder/NAME.de, a pair a line."""
+    (folder / f"{name}.en").write_text("".join(p[0] + "\n" for p in pairs), encoding="utf-8")
+    (folder / f"{name}.de").write_text("".join(p[1] + "\n" for p in pairs), encoding="utf-8")
+
+
+def corpus_with_noise(tmp_path: Path) -> List[Tuple[str, str]]:
+    """Real Multi30k pairs (the dev split, returned) plus one empty, one over-long and one badly
+    proportioned pair, as tmp_path/train.{en,de}; its first 20 pairs as tmp_path/test.{en,de}."""
+    need(MULTI30K)
+    import datasets
+
+    rows = datasets.load_dataset(str(MULTI30K), "de-en", split="validation")["translation"]
+    pairs = [(r["en"], r["de"]) for r in rows]
+    noise = [("", "Ein Hund."), (" ".join(["word"] * 300), "Wort."), ("A dog.", " ".join(["Hund"] * 40))]
+    write_pairs(tmp_path, "train", pairs[:500] + noise + pairs[500:])
+    write_pairs(tmp_path, "test", pairs[:20])
+    return pairs
+
+
+def multi30k_test(count: int) -> Tuple[List[str], List[str]]:
+    """The first `count` (English, German) pairs of Multi30k's test split (test_2016_flickr)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(need(MULTI30K / "de-en" / "test-00000-of-00001.parquet")).slice(0, count)
+    pairs = [row["translation"] for row in table.to_pylist()]
+    return [p["en"] for p in pairs], [p["de"] for p in pairs]
+
+
+# Fixtures.
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +261,26 @@ def compose(tmp_path) -> Callable[..., object]:
     return _compose
 
 
-def run_cli(*args: str, cwd: Path = ROOT, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `python -m translate ARGS` as a user would."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "translate", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"translate {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder that `build` fills once per test session, for all its workers (the first to need
+    it builds it, the others wait for it), copied into this worker's own temporary folder: what
+    a test changes in its copy, no other worker sees."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # pytest-N, above popen-gwN
+    built = shared / f"built-{name}"
+    with open(shared / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, or with its process
+        if not (built / ".complete").exists():
+            shutil.rmtree(built, ignore_errors=True)
+            built.mkdir()
+            build(built)
+            (built / ".complete").touch()
+    copy = tmp_path_factory.mktemp(name)
+    shutil.copytree(built, copy, dirs_exist_ok=True)
+    return copy
 
 
 @pytest.fixture(scope="session")
@@ -99,10 +288,11 @@ def trained_run(tmp_path_factory) -> List[str]:
     """One small model trained through the CLI, shared by the tests that decode and score.
     Returns the overrides that point the verbs at its run_dir."""
     need(MULTI30K)
-    folder = tmp_path_factory.mktemp("trained")
-    overrides = SMALL + [f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
-    run_cli("train", *overrides, check=True)
-    return overrides
+
+    def overrides(folder: Path) -> List[str]:
+        return SMALL + [f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
+
+    return overrides(built_once(tmp_path_factory, "trained", lambda folder: run_cli("train", *overrides(folder), check=True)))
 
 
 def train_sentencepiece(path: Path, vocab_size: int = 600, **options) -> Path:
@@ -129,22 +319,23 @@ def default_spm_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def foreign_run(tmp_path_factory, default_spm_model) -> List[str]:
+def foreign_run(tmp_path_factory) -> List[str]:
     """A small model on a sentencepiece model of sentencepiece's own layout (pad added after its
     pieces: 601 ids, padded to 608 rows), trained through the CLI long enough to end most
     greedy translations of Multi30k's test split before the length cap, with two numbered
     checkpoints that decode averages. Returns the overrides that point the verbs at it."""
-    folder = tmp_path_factory.mktemp("foreign")
     small = [o for o in SMALL if not o.startswith(("train.max_steps=", "train.log_every=", "optim.warmup_steps="))]
-    overrides = small + [f"data.spm_model={default_spm_model}", "train.max_steps=700", "optim.warmup_steps=200", "train.log_every=100",
-                         "checkpoint.every_steps=50", "checkpoint.average_last=2", "train.threads=1",
-                         f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
-    run_cli("train", *overrides, check=True)
-    return overrides
 
+    def overrides(folder: Path) -> List[str]:
+        return small + [f"data.spm_model={folder / 'default.model'}", "train.max_steps=700", "optim.warmup_steps=200",
+                        "train.log_every=100", "checkpoint.every_steps=50", "checkpoint.average_last=2", "train.threads=1",
+                        f"run_dir={folder / 'run'}", f"data.cache_dir={folder / 'cache'}"]
 
-def run_dir_of(overrides: List[str]) -> Path:
-    return Path(next(o for o in overrides if o.startswith("run_dir=")).split("=", 1)[1])
+    def build(folder: Path) -> None:
+        train_sentencepiece(folder / "default.model")  # as default_spm_model is
+        run_cli("train", *overrides(folder), check=True)
+
+    return overrides(built_once(tmp_path_factory, "foreign", build))
 
 
 @pytest.fixture(scope="session", autouse=True)

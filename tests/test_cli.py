@@ -1,26 +1,9 @@
 """The three verbs chained through the command line, and bad input as one clear line."""
 
-from pathlib import Path
-
 import sacrebleu
 import torch
 
-from tests.conftest import SMALL, TEXT, need, run_cli
-
-
-def run_dir_of(overrides) -> Path:
-    return Path(next(o for o in overrides if o.startswith("run_dir=")).split("=", 1)[1])
-
-
-def one_line_error(result, *fragments):
-    """Non-zero exit, no traceback, and the problem in one `translate VERB: error:` line
-    (progress log lines may precede it on stderr)."""
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if "][translate." not in line]
-    assert len(lines) == 1 and ": error: " in lines[0], result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from tests.conftest import SMALL, TEXT, need, one_line_error, run_cli, run_dir_of
 
 
 def test_train_decode_bleu_chain(trained_run):
@@ -62,13 +45,14 @@ def test_decode_a_text_file_in_input_order(trained_run, tmp_path):
 def test_second_train_resumes_and_a_changed_model_is_refused(trained_run):
     result = run_cli("train", *trained_run)
     assert result.returncode == 0 and "nothing to do" in result.stderr + result.stdout
-    one_line_error(run_cli("train", *trained_run, "model.d_model=64"), "different model", "d_model 32 != 64")
+    one_line_error(run_cli("train", *trained_run, "model.d_model=64"), "different model", "d_model 32 != 64", logs=True)
 
 
 def test_a_resume_with_changed_optimizer_or_schedule_settings_is_refused(trained_run):
     """The saved schedule would jump: each changed setting is named, and init_from offered."""
     result = run_cli("train", *trained_run, "optim.warmup_steps=21", "optim.lr_scale=2", "train.max_steps=40")
-    one_line_error(result, "optim.warmup_steps=21 (saved: 20)", "optim.lr_scale=2.0 (saved: 1.0)", "train.init_from=")
+    one_line_error(result, "optim.warmup_steps=21 (saved: 20)", "optim.lr_scale=2.0 (saved: 1.0)", "train.init_from=",
+                   logs=True)
     assert "resuming" not in result.stderr
 
 

@@ -1,11 +1,9 @@
 """Decoding options on a trained checkpoint: batching independence, n-best, sampling, stdin."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
-from tests.conftest import MULTI30K, need, run_cli
+from tests.conftest import MULTI30K, need, one_line_error, run_cli, run_dir_of
 from translate.config import DecodeConfig
 from translate.decode import Translator, format_output
 from translate.search import greedy_search
@@ -13,8 +11,7 @@ from translate.search import greedy_search
 
 @pytest.fixture(scope="module")
 def translator(trained_run):
-    run_dir = Path(next(o for o in trained_run if o.startswith("run_dir=")).split("=", 1)[1])
-    return Translator.from_checkpoint(run_dir / "checkpoint_last.pt")
+    return Translator.from_checkpoint(run_dir_of(trained_run) / "checkpoint_last.pt")
 
 
 @pytest.fixture(scope="module")
@@ -71,23 +68,14 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(translator, sentences):
 
 
 def test_stdin_streams_to_stdout(trained_run):
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    result = subprocess.run(
-        [sys.executable, "-m", "translate", "decode", *trained_run, "decode.input=-", "decode.max_len_b=5"],
-        input="A dog.\nTwo men are talking.\n", capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )
+    result = run_cli("decode", *trained_run, "decode.input=-", "decode.max_len_b=5", input="A dog.\nTwo men are talking.\n",
+                     timeout=300)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2  # translations only: logs go to stderr
 
 
 def test_bad_decode_options_are_one_line(trained_run):
-    result = run_cli("decode", *trained_run, "decode.nbest=9")
-    assert result.returncode == 1 and "decode.nbest (9)" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    one_line_error(run_cli("decode", *trained_run, "decode.nbest=9"), "decode.nbest (9)")
 
 
 # Lines a user's file may hold: empty, whitespace only, CR LF ends, and one far longer than
@@ -116,16 +104,9 @@ def test_every_input_line_gets_one_output_line(trained_run, tmp_path):
 
 
 def test_stdin_gets_a_line_for_every_line(trained_run):
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     text = "\r\n".join(AWKWARD[:5]) + "\r\nA lone \r inside a line.\n"
-    result = subprocess.run(
-        [sys.executable, "-m", "translate", "decode", *trained_run, "decode.input=-", "decode.max_len_b=5"],
-        input=text.encode("utf-8"), capture_output=True, cwd=ROOT, timeout=300,
-    )
+    result = run_cli("decode", *trained_run, "decode.input=-", "decode.max_len_b=5", input=text.encode("utf-8"),
+                     timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode("utf-8").split("\n")
     assert len(lines) - 1 == 6 and lines[1:4] == ["", "", ""]

@@ -3,19 +3,18 @@ whose ranks come from submitit (SLURM's variables), with translate's presets."""
 
 import os
 import stat
-import sys
 
 import pytest
 
-from tests.test_sweep import FEW, run
+from tests.conftest import FEW, one_line_error, run_cli
 
 
 def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):
     """hydra/launcher=submitit_local with two tasks: ranks from submitit's JobEnvironment (no
     torchrun), a gloo process group, one checkpoint, Hydra's files from rank 0."""
     run_dir = tmp_path / "run"
-    result = run([sys.executable, "-m", "translate", "train", "-m", "hydra/launcher=submitit_local",
-                  "hydra.launcher.tasks_per_node=2", *FEW, f"run_dir={run_dir}", f"data.cache_dir={cache}"])
+    result = run_cli("train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", *FEW,
+                     f"run_dir={run_dir}", f"data.cache_dir={cache}", timeout=300)
     logs = {p.name: p.read_text() for p in run_dir.glob("hydra/submitit/*/*_log.*")}
     assert result.returncode == 0, (result.stderr[-3000:], logs)
     assert sorted(p.name for p in run_dir.glob("*.pt")) == ["checkpoint_2.pt", "checkpoint_last.pt"]
@@ -99,8 +98,5 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
 
 
 def test_a_launcher_without_multirun_is_one_clear_error():
-    from tests.conftest import run_cli
-    from tests.test_cli import one_line_error
-
     result = run_cli("train", "hydra/launcher=submitit_slurm", "config=tiny")
     one_line_error(result, "takes effect in a multirun only", "translate train -m hydra/launcher=submitit_slurm")

@@ -18,9 +18,7 @@ PAD = 0
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread(one_thread):
-    """Tiny tensors: one thread (see conftest.one_thread)."""
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread (see conftest.one_thread)
 
 
 def tiny_config(dropout: float = 0.0) -> ModelConfig:

@@ -2,28 +2,25 @@
 benchmarks that need only a small run run on one."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT, SMALL, need, MULTI30K
+from tests.conftest import MULTI30K, ROOT, need, run, small_run, torchrun
 
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 def test_script_help(script):
-    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+    result = run([sys.executable, str(script), "--help"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
 
 
 def test_torchrun_single_process_trains(tmp_path):
     need(MULTI30K)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", "--master_port=29533"]
-    overrides = SMALL[:-2] + ["train.max_steps=2", f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
-    result = subprocess.run([*torchrun, "-m", "translate", "train", *overrides], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = run(torchrun("train", *small_run(tmp_path, "train.max_steps=2"), processes=1), timeout=300)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
 
@@ -33,7 +30,7 @@ def test_bench_transformers_on_a_small_run(trained_run):
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
     script = ROOT / "scripts" / "bench_transformers.py"
     command = [sys.executable, str(script), "--limit", "20", "--rounds", "2", "--threads", "1", "--override", *trained_run]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = run(command, timeout=300)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["measurement"] for r in records] == ["import_transformers", "export_in_process", "export_cli_process"] + \

@@ -17,9 +17,7 @@ PAD, UNK, BOS, EOS, W1, W2 = range(6)
 VOCAB = 6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread(one_thread):
-    """Tiny tensors: one thread (see conftest.one_thread)."""
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread (see conftest.one_thread)
 
 
 Table = Dict[Tuple[int, ...], Dict[int, float]]  # prefix (generated tokens, no BOS) -> {token: prob}

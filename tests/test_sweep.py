@@ -1,28 +1,11 @@
 """Multirun sweeps: a run_dir per job, nothing left behind between jobs."""
 
 import json
-import os
-import signal
-import subprocess
 from pathlib import Path
 
 import torch
 
-from tests.conftest import ROOT, SMALL, TORCHRUN, free_port
-FEW = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1"]  # two updates
-
-
-def run(command, timeout=300, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command in a session of its own, all of whose processes end if it times out."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True, **kwargs)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+from tests.conftest import FEW, hook_env, run, torchrun
 
 
 # Records, around every training job of a sweep, what a job could leave behind in its process.
@@ -60,14 +43,11 @@ def test_sweep_under_torchrun_gives_each_job_its_run_dir_and_leaves_nothing_behi
     """Two jobs, one after the other in the same two torchrun processes (the basic launcher):
     each job joins a new process group and tears it down, with its writer and signal handlers.
     (Without a fresh store prefix for the second group, it hangs: the timeout.)"""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(PROBE)
     probe = tmp_path / "probe.jsonl"
-    env = dict(os.environ, TRANSLATE_PROBE=str(probe), PYTHONPATH=f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env = hook_env(tmp_path, PROBE, TRANSLATE_PROBE=str(probe))
     run_dir = tmp_path / "run"
-    result = run([*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "translate", "train", "-m",
-                  *FEW, "optim.lr_scale=1,2", f"run_dir={run_dir}", f"data.cache_dir={cache}"], env=env, timeout=120)
+    result = run(torchrun("train", "-m", *FEW, "optim.lr_scale=1,2", f"run_dir={run_dir}", f"data.cache_dir={cache}"),
+                 env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
 
     jobs = sorted(p.name for p in run_dir.iterdir() if p.is_dir())

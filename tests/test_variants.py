@@ -8,8 +8,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import SMALL, need, run_cli, MULTI30K
-from tests.test_export import multi30k_test, one_line_error
+from tests.conftest import MULTI30K, multi30k_test, need, one_line_error, run_cli, small_run
 from translate import checkpoint
 from translate.decode import Translator
 
@@ -17,8 +16,7 @@ from translate.decode import Translator
 def train_resume_decode(tmp_path: Path, *options: str):
     """Three updates, a resume to five, then a decode of real sentences: the overrides used."""
     need(MULTI30K)
-    overrides = SMALL[:-2] + list(options) + [f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache",
-                                              "checkpoint.average_last=0"]
+    overrides = small_run(tmp_path, *options, "checkpoint.average_last=0")
     run_cli("train", *overrides, "train.max_steps=3", check=True)
     resumed = run_cli("train", *overrides, "train.max_steps=5", check=True)
     assert "resuming from" in resumed.stderr

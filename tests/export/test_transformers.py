@@ -1,5 +1,6 @@
-"""`translate export export.format=transformers`: MarianMTModel computes what our model computes,
-on our own vocabulary layout and on sentencepiece's default one (both with vocabulary padding)."""
+"""The transformers export (translate.export.transformers): MarianMTModel computes what our
+model computes, on our own vocabulary layout and on sentencepiece's default one (both with
+vocabulary padding)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import run_cli, run_dir_of
-from tests.test_export import multi30k_test
+from tests.conftest import multi30k_test, run_cli, run_dir_of
 from translate.config import DecodeConfig
 from translate.decode import Translator
 
@@ -124,23 +124,3 @@ def test_pipeline_translates_as_decode(foreign_export, one_thread):
     assert [r["translation_text"] for r in translate(sources, num_beams=1)] == ours
     beam = translate(sources[0])[0]["translation_text"]
     assert beam and beam == transformers_translate(folder, sources[:1], DecodeConfig(beam_size=4))[0]
-
-
-def test_run_record_and_model_card(foreign_run, tmp_path):
-    """train keeps the run record (updates, compute, validation, the command), bleu adds its
-    scores with their signatures, and the export's model card shows them."""
-    from translate.training import run_record
-
-    run_cli("decode", *foreign_run, "decode.beam_size=1", check=True)
-    run_cli("bleu", *foreign_run, check=True)
-    record = run_record.load(run_dir_of(foreign_run))
-    assert record["training"]["updates"] == 700 and record["training"]["model_flops"] > 0
-    assert record["data"]["train_pairs_kept"] == 1014 and record["data"]["vocabulary"]["specials"]["pad"] == 600
-    assert record["commands"][0].startswith("translate train config=tiny")
-    [score] = record["scores"]
-    assert score["hyp"] == "decode/test.de" and "version:2.6.0" in score["scores"]["sacrebleu"]["signature"]
-    card = (export(foreign_run, tmp_path / "hf") / "README.md").read_text(encoding="utf-8")
-    for fragment in ("language: [en, de]", "1,014 training pairs after cleaning", "601 ids", "700 updates",
-                     f"sacreBLEU {score['scores']['sacrebleu']['value']:.2f}", score["scores"]["sacrebleu"]["signature"],
-                     record["commands"][0], "translate decode config=tiny", f"{record['model']['parameters']:,} parameters"):
-        assert fragment in card, fragment

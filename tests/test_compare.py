@@ -1,10 +1,11 @@
-"""`translate table`: runs side by side from their run records, as the paper's Table 3."""
+"""`translate table` (translate.compare): runs side by side from their run records, as the
+paper's Table 3."""
 
 from __future__ import annotations
 
 import json
 
-from tests.conftest import MULTI30K, SMALL, need, run_cli
+from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
 
 
 def test_a_sweeps_runs_side_by_side(tmp_path):
@@ -32,6 +33,4 @@ def test_a_sweeps_runs_side_by_side(tmp_path):
 
 
 def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
-    result = run_cli("table", f"table.runs=[{tmp_path}]")
-    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0
-    assert f"{tmp_path} is not a run" in result.stderr
+    one_line_error(run_cli("table", f"table.runs=[{tmp_path}]"), f"{tmp_path} is not a run")

@@ -1,10 +1,12 @@
-"""Vocabulary: any sentencepiece model's special pieces, mapped onto our special symbols."""
+"""Vocabulary (translate.data.vocabulary): trained, sampled and round-tripped; any sentencepiece
+model's special pieces, mapped onto our special symbols."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tests.conftest import train_sentencepiece
+from tests.conftest import TEXT, need, train_sentencepiece
 from translate.data.vocabulary import OUR_LAYOUT, SpecialIds, Vocabulary
 from translate.errors import TranslateError
 
@@ -51,3 +53,38 @@ def test_recorded_mapping_is_checked_and_defaults_to_the_old_fixed_ids(default_s
         Vocabulary(model, SpecialIds(pad=3, unk=0, bos=1, eos=2))  # piece 3 is an ordinary piece
     with pytest.raises(TranslateError, match="do not fit"):
         Vocabulary(model, SpecialIds(pad=10_000, unk=0, bos=1, eos=2))  # not right after the pieces
+
+
+def test_vocabulary_round_trips_and_has_fixed_special_ids():
+    sentences = [f"A man number {i} is riding a red bicycle down the street." for i in range(200)]
+    vocabulary = Vocabulary.train(sentences, vocab_size=120)
+    assert vocabulary.specials == OUR_LAYOUT and len(vocabulary) == vocabulary.piece_count  # nothing added
+    assert (vocabulary.processor.pad_id(), vocabulary.processor.eos_id()) == (OUR_LAYOUT.pad, OUR_LAYOUT.eos)
+    ids = vocabulary.encode(["A man is riding a bicycle."])
+    assert vocabulary.decode(ids) == ["A man is riding a bicycle."]
+    assert Vocabulary(vocabulary.model_bytes).encode(["red street"]) == vocabulary.encode(["red street"])
+
+
+def test_vocabulary_sample_is_seeded():
+    need(TEXT)
+    sentences = (TEXT / "newstest2012.en").read_text(encoding="utf-8").splitlines()
+    first = Vocabulary.train(sentences, vocab_size=500, sample_size=1000)
+    again = Vocabulary.train(sentences, vocab_size=500, sample_size=1000)
+    other = Vocabulary.train(sentences, vocab_size=500, sample_size=1000, seed=2)
+    assert first.model_bytes == again.model_bytes
+    assert first.model_bytes != other.model_bytes  # the sample (of 1,000 of 3,003) is what changed
+
+
+def test_reservoir_sample_is_uniform_and_seeded():
+    from translate.data.vocabulary import reservoir_sample
+
+    items = [str(i) for i in range(10000)]
+    sample = reservoir_sample(items, 1000, seed=1)
+    assert len(set(sample)) == 1000 and set(sample) <= set(items)
+    assert sample == reservoir_sample(items, 1000, seed=1) != reservoir_sample(items, 1000, seed=2)
+    assert reservoir_sample(items[:10], 1000, seed=1) == items[:10]
+    # Uniform: over many seeds, each decile of the input is equally represented.
+    counts = np.zeros(10)
+    for seed in range(50):
+        counts += np.bincount([int(x) // 1000 for x in reservoir_sample(items, 200, seed)], minlength=10)
+    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()

@@ -1,9 +1,11 @@
-"""Batches by token budget: every pair once per epoch, no batch over budget, little padding."""
+"""Batches by token budget (translate.data.batching): every pair once per epoch, no batch over
+budget, little padding; each process its own share, under a gloo process group too."""
 
 import numpy as np
 import pytest
 import torch
 
+from tests.conftest import MULTI30K, SMALL, gloo_pair, need
 from translate.data.batching import collate, pad, shard, token_batches
 from translate.data.cache import EncodedSplit
 from translate.data.vocabulary import SpecialIds
@@ -103,3 +105,37 @@ def test_shards_are_disjoint_and_cover_the_epoch(world_size):
     assert sorted(seen.tolist()) == list(range(3000))
     with pytest.raises(ValueError):
         shard(batches, world_size, world_size)
+
+
+def _worker(rank, port, overrides, results, world_size=2):
+    import torch.distributed as dist
+
+    from translate.data.batching import BatchStream
+    from translate.data.prepare import prepare
+    from translate.hydra_cli import load_config
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        cfg = load_config("train", overrides)
+        data = prepare(cfg.data, log=lambda _: None)  # both prepare: the lock lets one build
+        stream = BatchStream(data.train.src_lengths, data.train.tgt_lengths, cfg.train.tokens_per_batch, cfg.train.seed,
+                             rank, world_size)
+        per_epoch = len(token_batches(data.train.src_lengths, data.train.tgt_lengths, cfg.train.tokens_per_batch, cfg.train.seed, 0))
+        mine = [next(stream) for _ in range(len(range(rank, per_epoch, world_size)))]
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, [m.tolist() for m in mine])
+        if rank == 0:
+            results.put((gathered, len(data.train)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_processes_cover_the_epoch_once(tmp_path):
+    """Two processes in a gloo process group see disjoint batches that cover the epoch once."""
+    need(MULTI30K)
+    gathered, pairs = gloo_pair(_worker, SMALL + [f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"])
+    rank0 = {i for batch in gathered[0] for i in batch}
+    rank1 = {i for batch in gathered[1] for i in batch}
+    assert not rank0 & rank1
+    assert sorted(rank0 | rank1) == list(range(pairs))
+    assert sum(len(b) for share in gathered for b in share) == pairs  # each pair exactly once

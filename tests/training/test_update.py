@@ -1,20 +1,22 @@
-"""The training step on real data: the loss falls; accumulation equals one large batch."""
+"""The update (translate.training.update): a training step on real data lowers the loss,
+accumulation gives the gradient of one large batch, the batch plan keeps the update's size, and
+a non-finite update is dropped on the device."""
 
 import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
-from dataclasses import replace
 
-from tests.conftest import MULTI30K, SMALL, need, run_cli
+from tests.conftest import MULTI30K, SMALL, need
+from translate.config import OptimConfig
 from translate.data.batching import collate, token_batches
 from translate.data.prepare import prepare
 from translate.model import Transformer
-from translate.config import OptimConfig
-from translate.training.optim import build_optimizer
 from translate.training.loss import LabelSmoothedObjective
+from translate.training.optim import build_optimizer
 from translate.training.update import apply_update, batch_plan, train_step
-from translate.training.trainer import train
 
 
 @pytest.fixture
@@ -82,20 +84,6 @@ def test_batch_plan_keeps_the_update_size():
     assert batch_plan(4096, 4096) == (4096, 1)
 
 
-def test_max_steps_writes_a_self_describing_checkpoint(compose):
-    need(MULTI30K)
-    cfg = compose("train", *SMALL[:-2], "train.max_steps=3")
-    path = train(cfg)
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    assert payload["step"] == 3
-    assert payload["model_config"]["d_model"] == 32 and payload["model_config"]["vocab_size"] > 0
-    from translate.data.vocabulary import Vocabulary
-
-    assert len(Vocabulary(payload["vocabulary"])) == payload["model_config"]["vocab_size"]
-    model = Transformer(replace(cfg.model, vocab_size=payload["model_config"]["vocab_size"]))
-    model.load_state_dict(payload["model"])  # plain keys, loads as is
-
-
 def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     """A finite update steps the optimizer and the schedule; non-finite gradients (or finite
     ones whose norm overflows) leave the weights, Adam's moments and step count, and the
@@ -159,26 +147,3 @@ def test_compiled_objective_equals_eager(small_data):
         assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
         for a, b in zip(eager_grads, compiled_grads):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
-
-
-def test_zero_periods_mean_never(tmp_path):
-    """train.log_every=0, checkpoint.every_steps=0 and valid.every_steps=0: no logging, periodic
-    checkpoint or validation (they divided by zero), and one checkpoint at the end."""
-    need(MULTI30K)
-    overrides = SMALL[:-2] + ["train.max_steps=3", "train.log_every=0", "checkpoint.every_steps=0", "valid.every_steps=0",
-                              f"run_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"]
-    result = run_cli("train", *overrides)
-    assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint_*.pt")) == ["checkpoint_3.pt", "checkpoint_last.pt"]
-
-
-
-def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
-    """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.training.monitor import bar_total
-
-    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
-    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s
-    assert bar_total(step=110, first_step=100, max_steps=1000, elapsed=5.0, remaining=1000.0) == 1000  # steps first
-    assert bar_total(step=0, first_step=0, max_steps=1000, elapsed=0.0, remaining=50.0) == 1000  # no rate yet
-    assert bar_total(step=30, first_step=0, max_steps=1000, elapsed=10.0, remaining=-1.0) == 30  # time is up

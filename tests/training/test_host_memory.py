@@ -1,9 +1,10 @@
 """translate.training.host_memory: freed host memory is reused, not faulted in again page by page."""
 
-import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import run
 
 # Page faults of an update-like pattern of large blocks (three tensors of varying size, none
 # larger than the first updates'), after two updates at the largest size.
@@ -25,7 +26,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def page_faults(mode: str) -> int:
-    result = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+    result = run([sys.executable, "-c", PROBE, mode], check=True)
     return int(result.stdout)
 
 

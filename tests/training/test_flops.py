@@ -1,0 +1,94 @@
+"""Compute accounting (translate.training.flops) against the paper's figures (../shared/PAPER.md),
+the products a real training step runs (counted by torch), and a hand-timed matrix product."""
+
+import re
+import time
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from tests.conftest import SHARED_DATA, need
+from translate.config import ModelConfig
+from translate.model import Transformer
+from translate.training.flops import PAPER_COMPUTE, flops_per_target_token, matmul_peak
+
+
+@pytest.mark.parametrize("d_model, d_ff, heads, expected", [(512, 2048, 8, 0.38e9), (1024, 4096, 16, 1.29e9)])
+def test_flops_per_target_token_match_the_papers_reading(d_model, d_ff, heads, expected):
+    cfg = ModelConfig(d_model=d_model, d_ff=d_ff, heads=heads, layers=6, vocab_size=37000)
+    per_token = flops_per_target_token(cfg, 28.0, 28.0)
+    assert per_token == pytest.approx(expected, rel=0.06)
+    with torch.device("meta"):
+        parameters = Transformer(cfg).num_parameters()
+    assert per_token == pytest.approx(6 * parameters, rel=0.1)  # 6 x parameters, plus attention
+
+
+@pytest.mark.parametrize("d_model, hours", [(512, 12), (1024, 3.5 * 24)])
+def test_paper_compute_is_the_papers_own_estimate(d_model, hours):
+    """Table 2's training cost, as the paper estimates it (footnote 5): training time x 8
+    GPUs x 9.5 TFLOP/s, the P100's sustained single-precision rate (12 h base, 3.5 days big)."""
+    assert PAPER_COMPUTE[d_model] == pytest.approx(hours * 3600 * 8 * 9.5e12, rel=0.02)
+    # The reference: Table 2's figure as ../shared/PAPER.md copies it, for this row.
+    paper = need(SHARED_DATA.parent / "PAPER.md").read_text(encoding="utf-8")
+    row = {512: "Transformer (base)", 1024: "Transformer (big)"}[d_model]
+    (figure,) = re.findall(rf"^\| {re.escape(row)} \|.*\| ([0-9.]+e[0-9]+) \|$", paper, flags=re.MULTILINE)
+    assert PAPER_COMPUTE[d_model] == float(figure)
+
+
+def counted_training_flops(cfg: ModelConfig, sentences: int, src_len: int, tgt_len: int) -> float:
+    """FLOPs of one forward and backward pass of a model of `cfg` on a batch of sentences of
+    these lengths (no padding), counted operator by operator by torch's FlopCounterMode. The
+    attention runs on its plain kernel, whose matrix products the counter sees."""
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    src = torch.randint(4, cfg.vocab_size, (sentences, src_len))
+    tgt = torch.randint(4, cfg.vocab_size, (sentences, tgt_len))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt).sum().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("src_len, tgt_len", [
+    (12, 12),
+    (20, 20),
+    (20, 10),
+], ids=["S12-T12", "S20-T20", "S20-T10"])
+@pytest.mark.parametrize("shape", [dict(d_model=64, d_ff=256, heads=4, layers=2),
+                                   dict(d_model=32, d_ff=64, heads=2, layers=1, d_k=8, d_v=24)],  # Table 3 row B
+                         ids=["2-layer", "1-layer-d_k-8-d_v-24"])
+def test_flops_per_target_token_equal_the_flops_a_training_step_runs(shape, src_len, tgt_len):
+    """Every matrix product of a real forward and backward pass, counted by torch, per target
+    token: the formula's count exactly (to 1e-6), once the masked half of the decoder's causal
+    square is added, which the plain kernel computes and the formula leaves out (T/2 of T)."""
+    cfg = ModelConfig(**shape, vocab_size=512, dropout=0.0)  # 512: no padding rows
+    sentences = 3
+    counted = counted_training_flops(cfg, sentences, src_len, tgt_len) / (sentences * tgt_len)
+    masked_half = 6 * cfg.layers * cfg.heads * (cfg.key_width + cfg.value_width) * tgt_len / 2
+    assert flops_per_target_token(cfg, src_len, tgt_len) + masked_half == pytest.approx(counted, rel=1e-6)
+
+
+def test_longer_sources_cost_more_per_target_token():
+    cfg = ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, vocab_size=8000)
+    assert flops_per_target_token(cfg, 40, 20) > flops_per_target_token(cfg, 20, 20)
+
+
+def test_matmul_peak_is_measured():
+    assert 1e9 < matmul_peak(torch.device("cpu"), seconds=0.2) < 1e14
+
+
+def test_matmul_peak_equals_the_products_it_ran_over_the_time_it_took():
+    """The reference: the FLOPs of every product matmul_peak runs, counted by torch's
+    FlopCounterMode (less its one untimed warm-up product, of 2 n^3 for its n = 2048 on a CPU),
+    over the wall time of the whole call, timed here. Its own clock runs inside the call, so
+    its peak is at least that; the call's set-up (two random matrices and the warm-up) is less
+    than its half-second window, so at most twice that."""
+    with FlopCounterMode(display=False):  # the counter's first use costs time of its own
+        torch.ones(2, 2) @ torch.ones(2, 2)
+    with FlopCounterMode(display=False) as counter:
+        started = time.perf_counter()
+        peak = matmul_peak(torch.device("cpu"), seconds=0.5)
+        took = time.perf_counter() - started
+    timed = (counter.get_total_flops() - 2 * 2048**3) / took
+    assert 1.0 <= peak / timed < 2.0, (peak, timed)

@@ -1,0 +1,61 @@
+"""The label-smoothed loss (translate.training.loss) against hand computation and torch's own:
+its value, its written-out gradient, and its graph."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from translate.training.loss import label_smoothed_nll
+
+
+def test_label_smoothed_loss_by_hand():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]])
+    target = torch.tensor([0, 1])
+    eps = 0.1
+    loss, nll = label_smoothed_nll(logits, target, eps)
+    expected_loss = expected_nll = 0.0
+    for row, gold in zip(logits.tolist(), target.tolist()):
+        log_z = math.log(sum(math.exp(v) for v in row))
+        log_p = [v - log_z for v in row]
+        q = [(1 - eps) * (i == gold) + eps / 3 for i in range(3)]  # smoothed target distribution
+        expected_loss += -sum(qi * lp for qi, lp in zip(q, log_p))
+        expected_nll += -log_p[gold]
+    assert loss.item() == pytest.approx(expected_loss, rel=1e-6)
+    assert nll.item() == pytest.approx(expected_nll, rel=1e-6)
+
+
+def test_label_smoothed_loss_matches_torch():
+    torch.manual_seed(0)
+    logits, target = torch.randn(50, 37), torch.randint(0, 37, (50,))
+    loss, nll = label_smoothed_nll(logits, target, 0.1)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum").item(), rel=1e-5)
+    assert nll.item() == pytest.approx(F.cross_entropy(logits, target, reduction="sum").item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_smoothed_gradient_matches_torch(dtype):
+    """The written-out gradient (softmax - q, times the upstream gradient) equals autograd's of
+    F.cross_entropy, on a slice of wider logits as the model's padded vocabulary gives."""
+    torch.manual_seed(0)
+    wide = torch.randn(64, 48, dtype=dtype) * 3
+    target = torch.randint(0, 40, (64,))
+    ours, theirs = wide.clone().requires_grad_(), wide.clone().requires_grad_()
+    loss, nll = label_smoothed_nll(ours[:, :40], target, 0.1)
+    (loss * 0.37).backward()
+    expected = F.cross_entropy(theirs[:, :40].float(), target, label_smoothing=0.1, reduction="sum")
+    (expected * 0.37).backward()
+    assert not nll.requires_grad
+    assert ours.grad.dtype == dtype and ours.grad[:, 40:].abs().max() == 0
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-3)
+    torch.testing.assert_close(ours.grad.float(), theirs.grad.float(), **tolerance)
+
+
+def test_label_smoothed_graph_runs_backward_once():
+    logits = torch.randn(4, 7, requires_grad=True)
+    loss, _ = label_smoothed_nll(logits, torch.tensor([0, 1, 2, 3]), 0.1)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward twice"):
+        loss.backward()

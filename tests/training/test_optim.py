@@ -1,0 +1,29 @@
+"""The optimizer (translate.training.optim): the paper's Adam, stepping at the schedule's rate."""
+
+import torch
+
+from tests.conftest import noam
+from translate.config import OptimConfig
+from translate.training.optim import build_optimizer
+
+
+def test_optimizer_follows_the_schedule_update_by_update():
+    """Adam's step at the schedule's rate equals torch's Adam given that rate by hand."""
+    torch.manual_seed(0)
+    model, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    reference.load_state_dict(model.state_dict())
+    optimizer, schedule = build_optimizer(model, OptimConfig(warmup_steps=10), d_model=512, updates=30)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    plain = torch.optim.Adam(reference.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
+    for update in range(1, 25):
+        x = torch.randn(3, 4)
+        for net in (model, reference):
+            net(x).square().sum().backward()
+        assert schedule.rate().item() == noam(update, 512, 10)
+        plain.param_groups[0]["lr"] = noam(update, 512, 10)
+        optimizer.update(schedule.rate(), torch.tensor(False))
+        schedule.step()
+        plain.step()
+        for net, opt in ((model, optimizer), (reference, plain)):
+            opt.zero_grad()
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
