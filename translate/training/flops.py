@@ -23,7 +23,9 @@ def flops_per_target_token(cfg: ModelConfig, src_len: float, tgt_len: float) -> 
     per_source = src_len / tgt_len  # source tokens per target token
     attention_weights = 2 * d * hk + 2 * d * hv  # Q and K, V and the output projection
     encoder = n * (attention_weights + 2 * d * f) * per_source
-    decoder = n * (2 * attention_weights + 2 * d * f)  # self and encoder-decoder attention
+    # Self-attention; encoder-decoder attention's Q and output per target token, its K and V per
+    # source token (they project the encoder's output).
+    decoder = n * (attention_weights + (d * hk + d * hv) * (1 + per_source) + 2 * d * f)
     projection = d * v
     attention = n * (hk + hv) * (src_len * per_source + tgt_len / 2 + src_len)  # QK^T and AV
     return 6 * (encoder + decoder + projection + attention)
