@@ -156,6 +156,9 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     output = paths.decode_output(cfg)
     if cfg.decode.input and output.resolve() == Path(cfg.decode.input).resolve():
         raise TranslateError(f"decode.output {output} would overwrite the input")
+    problem = paths.usable_folder(output.parent)  # found before the search, not after it
+    if problem:
+        raise TranslateError(f"cannot write {output}: {problem}")
     method = "sampling" if cfg.decode.sampling else f"beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty}"
     log.info(f"translating {len(sources):,} sentences of {what} ({method})")
     started = time.monotonic()
