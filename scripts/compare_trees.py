@@ -109,7 +109,8 @@ def throughput(base: Path, rounds: int, threads: int, folder: Path) -> None:
         rates = {}
         for name, tree in (("base", base), ("this", ROOT)):
             run_dir = folder / f"speed-{name}"
-            result = translate(tree, "train", *bench_fairseq.train_overrides("tiny", 60, threads, run_dir))
+            overrides = bench_fairseq.train_overrides("tiny", 60, threads, run_dir) + [f"data.path={MULTI30K}"]
+            result = translate(tree, "train", *overrides)  # the data named: the worktree has no ../shared
             rates[name] = bench_fairseq.steady_rate(result.stderr)
         emit(measurement="throughput", round=round_, model="tiny", threads=threads,
              base_target_tokens_per_s=round(rates["base"], 1), this_target_tokens_per_s=round(rates["this"], 1),
