@@ -108,7 +108,7 @@ def throughput(base: Path, rounds: int, threads: int, folder: Path) -> None:
     for round_ in range(1, rounds + 1):
         rates = {}
         for name, tree in (("base", base), ("this", ROOT)):
-            run_dir = folder / f"speed-{name}"
+            run_dir = folder / f"speed-{name}-{round_}"  # a fresh run each time: nothing to resume
             overrides = bench_fairseq.train_overrides("tiny", 60, threads, run_dir) + [f"data.path={MULTI30K}"]
             result = translate(tree, "train", *overrides)  # the data named: the worktree has no ../shared
             rates[name] = bench_fairseq.steady_rate(result.stderr)
