@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 
 class TranslateError(Exception):
@@ -48,10 +47,10 @@ def os_error_in(error: Optional[BaseException]) -> Optional[OSError]:
     return None
 
 
-def describe(error: OSError, path: Optional[Union[str, Path]] = None) -> str:
+def describe(error: OSError) -> str:
     """'PATH: cause' for an operating-system error (no space left on device, file too large,
-    not a directory, permission denied, read-only file system, too many open files ...): the
-    error's own file name, else `path`, else the cause alone."""
+    not a directory, permission denied, read-only file system, too many open files ...), or
+    the cause alone where the error names no file."""
     cause = error.strerror or str(error) or type(error).__name__
-    names = [str(name) for name in (error.filename or path, error.filename2) if name]
+    names = [str(name) for name in (error.filename, error.filename2) if name]
     return f"{' -> '.join(names)}: {cause}" if names else cause

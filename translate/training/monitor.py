@@ -92,25 +92,28 @@ class Monitor:
         """train.target_bleu reached (main process): the time to it, as MLPerf counts it, from
         this process's start (start-up included), and the training compute to it over every run
         of this run_dir (as of the last log line)."""
-        tokens = self.accounting.done / self.accounting.flops_per_token
-        self.target = {"target_bleu": target, "bleu": bleu, "update": updates,
-                       "process_seconds": seconds_since_process_start(),
-                       "training_seconds": self.previous["seconds"] + time.monotonic() - self.started,
-                       "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens),
-                       "model_flops": self.previous["model_flops"] + self.accounting.done}
+        totals = self._totals()
+        self.target = {"target_bleu": target, "bleu": bleu, "update": updates, "process_seconds": seconds_since_process_start(),
+                       "training_seconds": totals["seconds"], "target_tokens": totals["target_tokens"],
+                       "model_flops": totals["model_flops"]}
         log.info(f"update {updates}: dev BLEU {bleu:.2f} reached train.target_bleu={target} after "
                  f"{self.target['process_seconds'] / 60:.1f} min")
 
     def record(self, updates: int, skipped: int) -> None:
         """The run record's training part, as of the checkpoint just written (main process)."""
-        tokens = self.accounting.done / self.accounting.flops_per_token
-        training = {"updates": updates, "seconds": self.previous["seconds"] + time.monotonic() - self.started,
-                    "model_flops": self.previous["model_flops"] + self.accounting.done,
-                    "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens), "skipped_updates": skipped,
+        training = {"updates": updates, **self._totals(), "skipped_updates": skipped,
                     "device": str(self.context.device), "processes": self.context.world_size,
                     "precision": self.precision}
         run_record.record_training(self.run_dir, **self.record_parts, training=training, valid=self.last_valid,
                                    target=self.target)
+
+    def _totals(self) -> Dict[str, float]:
+        """Training seconds, model FLOPs and target tokens over every run of this run_dir so far
+        (this run's compute as of its last log line)."""
+        tokens = self.accounting.done / self.accounting.flops_per_token
+        return {"seconds": self.previous["seconds"] + time.monotonic() - self.started,
+                "model_flops": self.previous["model_flops"] + self.accounting.done,
+                "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens)}
 
     def report(self, updates: int, last_path: Path) -> None:
         """The run's last log line: throughput, padding and loss over all its updates."""
