@@ -5,6 +5,8 @@ from pathlib import Path
 
 import torch
 
+import pytest
+
 from tests.conftest import FEW, hook_env, run, torchrun
 
 
@@ -39,6 +41,9 @@ if "TRANSLATE_PROBE" in os.environ:
 """
 
 
+# Slow: under load a rank sometimes blocks as its last job ends (no Python frame: a process-group
+# destructor?), and the test reaches its timeout; run it with make test-slow until that is fixed.
+@pytest.mark.slow
 def test_sweep_under_torchrun_gives_each_job_its_run_dir_and_leaves_nothing_behind(tmp_path, cache):
     """Two jobs, one after the other in the same two torchrun processes (the basic launcher):
     each job joins a new process group and tears it down, with its writer and signal handlers.
