@@ -11,10 +11,10 @@ DEMO_MINUTES ?= 15
 install: $(VENV)/.installed
 
 # constraints.txt pins every tested version (torch==2.13.0: its CPU build, not a CUDA one); the
-# transformers extra is for `translate export export.format=transformers`.
+# transformers extra is for `translate export export.format=transformers`, the plot extra for `translate plot`.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,transformers]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,transformers,plot]'
 	touch $@
 
 # Two workers (pytest-xdist), one per core: most tests wait on a subprocess starting up. A file's

@@ -40,6 +40,7 @@ VERBS: Dict[str, tuple] = {
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
     "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
     "table": ("translate.compare:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
+    "plot": ("translate.plot:plot", "attention figures of a sentence (paper, Figures 3-5) or curves of runs (plot.kind=curves)"),
     "export": ("translate.export.verb:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
 }
 

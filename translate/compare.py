@@ -3,15 +3,18 @@
 Each run is read from its run record (run_record.json, which train keeps and bleu adds to): the
 settings that differ between the runs, parameters, updates, training compute, the last
 validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored, and
-the minutes and updates to train.target_bleu where a run had one.
+the minutes and updates to train.target_bleu where a run had one. Runs that differ only in
+train.seed are one row: the mean of each measure, its standard deviation (<measure>_std) and
+the number of seeds (n).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 from translate import paths
 from translate.training import run_record
@@ -21,6 +24,11 @@ from translate.errors import TranslateError
 # Settings that name where things are, not what was trained: never a column of their own.
 PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.checkpoint", "bleu.hyp", "bleu.ref",
           "bleu.baseline", "export.output", "export.checkpoint", "train.init_from")
+# The settings of the verbs that only read runs (and that older records lack): never a column.
+READERS = ("table.", "plot.")
+SEED = "train.seed"
+# What a run measured: over the seeds of one row, a mean and a standard deviation each.
+MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates")
 
 
 def run_dirs(folders: List[str]) -> List[Path]:
@@ -48,10 +56,15 @@ def _leaves(tree: Dict[str, Any], prefix: str = "") -> Iterator[tuple]:
 
 
 def rows(runs: List[Path]) -> List[Dict[str, Any]]:
+    """One row per run, or per setting of runs that differ only in train.seed (by_seeds)."""
+    return by_seeds(run_rows(runs))
+
+
+def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     """One row per run: its differing settings, then what it cost and what it scored."""
     records = [run_record.load(run) for run in runs]
     settings = [dict(_leaves(record.get("settings", {}))) for record in records]
-    keys = sorted({key for s in settings for key in s} - set(PLACES))
+    keys = sorted(key for key in {key for s in settings for key in s} - set(PLACES) if not key.startswith(READERS))
     differing = [key for key in keys if len({json.dumps(s.get(key)) for s in settings}) > 1]
     table = []
     for run, record, setting in zip(runs, records, settings):
@@ -71,6 +84,33 @@ def rows(runs: List[Path]) -> List[Dict[str, Any]]:
     return table
 
 
+def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows of runs that differ only in train.seed as one: the seeds, their number (n), and
+    each measure's mean and sample standard deviation (<measure>_std; None below 2 values),
+    in the order the settings first come. The rows as they are where no two runs share their
+    other settings."""
+    if not table or SEED not in table[0]:
+        return table
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for row in table:
+        setting = {key: value for key, value in row.items() if key not in ("run", SEED, *MEASURES)}
+        groups.setdefault(json.dumps(setting, sort_keys=True, default=str), []).append(row)
+    if all(len(group) == 1 for group in groups.values()):
+        return table
+    return [_seeds_row(group) for group in groups.values()]
+
+
+def _seeds_row(group: List[Dict[str, Any]]) -> Dict[str, Any]:
+    row = {key: value for key, value in group[0].items() if key not in (*MEASURES, "params")}  # the settings
+    row.update({"run": ", ".join(r["run"] for r in group), SEED: [r[SEED] for r in group], "n": len(group),
+                "params": group[0]["params"]})
+    for measure in (m for m in MEASURES if m in group[0]):
+        values = [r[measure] for r in group if r[measure] is not None]
+        row[measure] = statistics.mean(values) if values else None
+        row[f"{measure}_std"] = statistics.stdev(values) if len(values) > 1 else None
+    return row
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -81,10 +121,16 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _spread(value: Any, std: Optional[float]) -> str:
+    """A cell, with its standard deviation over seeds where it has one: `mean ± std`."""
+    return _cell(value) if std is None else f"{_cell(value)} ± {_cell(std)}"
+
+
 def markdown(table: List[Dict[str, Any]]) -> str:
-    columns = list(table[0])
+    columns = [column for column in table[0] if not (column.endswith("_std") and column[:-4] in table[0])]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[column]) for column in columns) + " |" for row in table]
+    lines += ["| " + " | ".join(_spread(row[column], row.get(f"{column}_std")) for column in columns) + " |"
+              for row in table]
     return "\n".join(lines)
 
 

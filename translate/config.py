@@ -73,6 +73,11 @@ class ExportFormat(Choice):
     transformers = "transformers"  # a Hugging Face transformers folder (MarianMTModel, MarianTokenizer, model card)
 
 
+class PlotKind(Choice):
+    attention = "attention"  # one sentence's attention through a checkpoint (the paper's Figures 3-5)
+    curves = "curves"  # training loss, dev perplexity and dev BLEU of runs, against updates and minutes
+
+
 def to_plain(cfg: Any) -> Dict[str, Any]:
     """A config dataclass as nested dicts of plain values (Choice members become their
     strings): what checkpoints keep, so that loading them needs no class of ours."""
@@ -282,6 +287,32 @@ class TableConfig:
 
 
 @dataclass
+class PlotConfig:
+    """Figures (`translate plot`): one sentence's attention, as the paper's Figures 3-5, or the
+    curves of runs."""
+
+    kind: PlotKind = PlotKind.attention  # attention (one sentence through a checkpoint) or curves (of runs)
+    sentence: Optional[str] = None  # the source sentence; None: line plot.line of plot.input, else the paper's Figure 3 one
+    input: Optional[str] = None  # a file of source sentences, one a line (instead of plot.sentence)
+    line: int = 1  # the line of plot.input drawn, counted from 1
+    layer: int = 0  # the encoder and decoder layer drawn, counted from 1 (Figure 3: layer 5 of 6); 0: the last
+    checkpoint: Optional[str] = None  # default: the checkpoint decode would use
+    output: Optional[str] = None  # the PNG; default <run_dir>/plots/<kind>.png; what it draws is written beside it
+    width: int = 1600  # pixels
+    height: int = 1200  # pixels
+    dpi: int = 100  # pixels per inch: the scale of the text (the figure is width / dpi by height / dpi inches)
+    runs: List[str] = field(default_factory=list)  # curves: run_dirs, as table.runs; none: run_dir
+
+    def __post_init__(self) -> None:
+        if self.sentence is not None and self.input is not None:
+            raise ValueError("plot.sentence and plot.input both given: draw one sentence")
+        if self.line < 1 or self.layer < 0:
+            raise ValueError(f"plot.line ({self.line}) counts from 1, plot.layer ({self.layer}) from 1 (0: the last)")
+        if min(self.width, self.height, self.dpi) < 1:
+            raise ValueError(f"plot.width, plot.height and plot.dpi must be positive ({self.width}, {self.height}, {self.dpi})")
+
+
+@dataclass
 class TranslateConfig:
     """The whole tree, shared by every verb so that they agree on run_dir."""
 
@@ -296,6 +327,7 @@ class TranslateConfig:
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     table: TableConfig = field(default_factory=TableConfig)
+    plot: PlotConfig = field(default_factory=PlotConfig)
 
     def __post_init__(self) -> None:
         if self.train.target_bleu is not None and (self.valid.every_steps < 1 or self.valid.bleu_sentences < 1):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -102,6 +103,14 @@ class MultiHeadAttention(nn.Module):
         B, L, W = x.shape
         return x.view(B, L, self.heads, W // self.heads).transpose(1, 2)  # (B, H, L, K or Kv)
 
+    def project(self, x: Tensor, memory: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+        """Queries (B, H, T, K), keys (B, H, L, K) and values (B, H, L, Kv): of x itself for
+        self-attention (L = T), of the encoder output for encoder-decoder attention (L = S)."""
+        if self.self_attention:
+            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).split(self.widths, dim=-1))
+            return q, k, v
+        return (self.split_heads(self.q_proj(x)), *self.project_kv(memory))
+
     def project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
         """Keys and values of the encoder output: (B, H, S, K) and (B, H, S, Kv)."""
         k, v = self.kv_proj(memory).split(self.widths, dim=-1)
@@ -118,7 +127,7 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         H, K, Kv = self.heads, self.d_k, self.d_v
         if self.self_attention:
-            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).split(self.widths, dim=-1))  # (B, H, T, K or Kv)
+            q, k, v = self.project(x)  # (B, H, T, K or Kv)
             if cache is not None:  # append this step's keys and values to the earlier ones
                 k, v = cache.append(k, v)  # (B, H, t, K or Kv)
         else:
@@ -145,15 +154,32 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, H * Kv)  # (B, T, H * Kv)
         return self.out_proj(out)  # (B, T, D)
 
+    def probabilities(self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                      causal: bool = False) -> Tensor:
+        """Each head's softmax(Q K^T / sqrt(d_k)), (B, H, T, L), for the inputs of a forward()
+        without cache: the weights it applies to the values, which its fused kernel never
+        materializes (Transformer.attention() calls this; no training or decoding path does)."""
+        q, k, _ = self.project(x, memory)
+        if causal and mask is None:
+            T, L = q.size(-2), k.size(-2)
+            mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril()  # (T, L) True on and below the diagonal
+        return attention_probabilities(q, k, mask)
+
+
+def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)): q (B, H, T, K), k (B, H, S, K), mask broadcastable to
+    (B, H, T, S), True where allowed -> (B, H, T, S)."""
+    scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
 
 def attend_few(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V written out, for the few query positions of incremental
     decoding: q (B, H, T, K), k (B, H, S, K), v (B, H, S, Kv), mask (B, 1, 1, S) True where allowed.
     On CPUs this beats the fused kernel at these small shapes, and computes the same."""
-    scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, H, T, Kv)
+    return attention_probabilities(q, k, mask) @ v  # (B, H, T, Kv)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -290,6 +316,15 @@ class DecoderState:
         return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, group)
 
 
+@dataclass
+class AttentionMaps:
+    """Every layer's attention probabilities for one teacher-forced pass, first layer first."""
+
+    encoder: List[Tensor] = field(default_factory=list)  # encoder self-attention, (B, H, S, S) each
+    decoder: List[Tensor] = field(default_factory=list)  # decoder (masked) self-attention, (B, H, T, T)
+    cross: List[Tensor] = field(default_factory=list)  # encoder-decoder attention, (B, H, T, S)
+
+
 class Transformer(nn.Module):
     """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax
     projection (section 3.4), scaled by sqrt(d_model)."""
@@ -372,6 +407,29 @@ class Transformer(nn.Module):
         if select is None:
             return self.logits(hidden)
         return self.logits(hidden.flatten(0, 1).index_select(0, select))  # (N, V)
+
+    @torch.no_grad()
+    def attention(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """The attention probabilities of encode() and decode() on (B, S), (B, T): forward hooks,
+        there only for this call, give each MultiHeadAttention's own inputs to its
+        probabilities(), so that the passes themselves run unchanged."""
+        maps = AttentionMaps()
+        stores = [(layer.self_attn, maps.encoder) for layer in self.encoder_layers]
+        stores += [(attn, store) for layer in self.decoder_layers
+                   for attn, store in ((layer.self_attn, maps.decoder), (layer.src_attn, maps.cross))]
+
+        def keep(store: List[Tensor], module: MultiHeadAttention, args: tuple, kwargs: dict, output: Tensor) -> None:
+            inputs = {key: kwargs[key] for key in ("memory", "mask", "causal") if key in kwargs}
+            store.append(module.probabilities(*args, **inputs))
+
+        hooks = [attn.register_forward_hook(partial(keep, store), with_kwargs=True) for attn, store in stores]
+        try:
+            memory, src_mask = self.encode(src)
+            self.decode(tgt_in, memory, src_mask)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return maps
 
     def start_state(self, src: Tensor) -> DecoderState:
         """Encode the source and set up empty caches for step()."""

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator, List, Optional
 
-from translate.config import TranslateConfig
+from translate.config import PlotKind, TranslateConfig
 from translate.errors import TranslateError, os_error_in
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ and local datasets
@@ -27,6 +27,7 @@ DATA_REPORT = "data_report.json"  # the prepared corpus: pairs kept and dropped,
 TENSORBOARD = "tensorboard"  # train's TensorBoard event files
 DECODE = "decode"  # decode's translations (and the references beside them)
 EXPORT = "export"  # export's folders, one per format
+PLOTS = "plots"  # plot's figures, each with the values it draws beside it
 
 
 def numbered_checkpoint(run_dir: Path, step: int) -> Path:
@@ -82,6 +83,20 @@ def decode_reference(cfg: TranslateConfig) -> Path:
 def export_dir(cfg: TranslateConfig) -> Path:
     """export.output, else <run_dir>/export/<format>."""
     return Path(cfg.export.output) if cfg.export.output else Path(cfg.run_dir) / EXPORT / cfg.export.format
+
+
+def plot_output(cfg: TranslateConfig) -> Path:
+    """plot.output, else <run_dir>/plots/<kind>.png; curves of plot.runs go in the first run's
+    plots/ (a multirun's folder for its jobs)."""
+    if cfg.plot.output:
+        return Path(cfg.plot.output)
+    folder = Path(cfg.plot.runs[0]) if cfg.plot.kind == PlotKind.curves and cfg.plot.runs else Path(cfg.run_dir)
+    return folder / PLOTS / f"{cfg.plot.kind}.png"
+
+
+def beside(figure: Path, suffix: str) -> Path:
+    """A file beside a figure, named after it: attention.png -> attention.npz, attention.heads.png."""
+    return figure.with_name(figure.stem + suffix)
 
 
 @contextmanager
