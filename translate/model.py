@@ -150,7 +150,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # incremental decoding: one query position per row
             out = attend_few(q, k, v, mask)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+            out = attend(q, k, v, mask, causal)  # (B, H, T, Kv)
         out = out.transpose(1, 2).reshape(B, T, H * Kv)  # (B, T, H * Kv)
         return self.out_proj(out)  # (B, T, D)
 
@@ -160,10 +160,7 @@ class MultiHeadAttention(nn.Module):
         without cache: the weights it applies to the values, which its fused kernel never
         materializes (Transformer.attention() calls this; no training or decoding path does)."""
         q, k, _ = self.project(x, memory)
-        if causal and mask is None:
-            T, L = q.size(-2), k.size(-2)
-            mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril()  # (T, L) True on and below the diagonal
-        return attention_probabilities(q, k, mask)
+        return attention_probabilities(q, k, causal_mask(q, k) if causal and mask is None else mask)
 
 
 def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor]) -> Tensor:
@@ -172,14 +169,31 @@ def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor]) -> Ten
     scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1)
+    return scores.softmax(dim=-1, dtype=torch.float32)  # fp32 also where q and k are bf16
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V over whole sequences (training, encoding): q (B, H, T, K),
+    k (B, H, S, K), v (B, H, S, Kv), mask broadcastable to (B, H, T, S) True where allowed,
+    or causal -> (B, H, T, Kv). torch's fused kernel, except in bf16 on CPUs: there its
+    backward ran 3x slower than in fp32 (torch 2.13), while the products written out run on
+    the CPU's bf16 units (AMX, AVX512-BF16) and the softmax stays in fp32."""
+    if q.dtype != torch.bfloat16 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    weights = attention_probabilities(q, k, causal_mask(q, k) if causal and mask is None else mask)
+    return weights.to(v.dtype) @ v  # (B, H, T, Kv)
+
+
+def causal_mask(q: Tensor, k: Tensor) -> Tensor:
+    """(T, S) True on and below the diagonal: each query position sees itself and the keys before it."""
+    return torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
 
 
 def attend_few(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V written out, for the few query positions of incremental
     decoding: q (B, H, T, K), k (B, H, S, K), v (B, H, S, Kv), mask (B, 1, 1, S) True where allowed.
     On CPUs this beats the fused kernel at these small shapes, and computes the same."""
-    return attention_probabilities(q, k, mask) @ v  # (B, H, T, Kv)
+    return attention_probabilities(q, k, mask).to(v.dtype) @ v  # (B, H, T, Kv)
 
 
 class PositionwiseFeedForward(nn.Module):

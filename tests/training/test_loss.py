@@ -59,3 +59,29 @@ def test_label_smoothed_graph_runs_backward_once():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward twice"):
         loss.backward()
+
+
+def test_the_vocabulary_projection_sees_rounded_row_counts():
+    """LabelSmoothedObjective rounds the rows it projects up to ROW_MULTIPLE (so that CPU bf16's
+    compiled products repeat their shapes), and the loss and gradients stay those of the real rows."""
+    from translate.config import ModelConfig
+    from translate.model import Transformer
+    from translate.training.loss import ROW_MULTIPLE, LabelSmoothedObjective
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(layers=1, d_model=32, d_ff=64, heads=2, vocab_size=100, dropout=0.0))
+    src, tgt = torch.randint(4, 100, (5, 7)), torch.randint(4, 100, (5, 9))
+    select = torch.arange(0, 45, 2)  # 23 real positions
+    target = tgt.flatten()[select]
+    seen = []
+    model.register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
+    loss, nll = LabelSmoothedObjective(model, 0.1)(src, tgt, select, target)
+    assert seen == [ROW_MULTIPLE]
+    loss.backward()
+    padded_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    reference, reference_nll = label_smoothed_nll(model(src, tgt, select), target, 0.1)
+    reference.backward()
+    assert torch.allclose(loss, reference) and torch.allclose(nll, reference_nll)
+    for got, want in zip(padded_grads, (p.grad for p in model.parameters())):
+        assert torch.allclose(got, want, atol=1e-7)
