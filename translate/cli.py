@@ -37,6 +37,7 @@ VERBS: Dict[str, tuple] = {
     "prepare": ("translate.data.prepare:prepare_verb", "clean, build the vocabulary and encode the corpus once (train does it too)"),
     "train": ("translate.training.trainer:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
+    "tune": ("translate.tune:tune", "choose the length penalty on the dev split (paper, 6.1); decode then uses it"),
     "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
     "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
     "table": ("translate.compare:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),

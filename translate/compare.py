@@ -25,7 +25,7 @@ from translate.errors import TranslateError
 PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.checkpoint", "bleu.hyp", "bleu.ref",
           "bleu.baseline", "export.output", "export.checkpoint", "train.init_from")
 # The settings of the verbs that only read runs (and that older records lack): never a column.
-READERS = ("table.", "plot.")
+READERS = ("table.", "plot.", "tune.")
 SEED = "train.seed"
 # What a run measured: over the seeds of one row, a mean and a standard deviation each.
 MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates")

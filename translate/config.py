@@ -47,7 +47,7 @@ class Norm(Choice):
 
 
 class Precision(Choice):
-    auto = "auto"  # bf16 on GPUs, fp32 on CPUs
+    auto = "auto"  # bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16), fp32 on other CPUs
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"  # with loss scaling
@@ -177,7 +177,7 @@ class TrainConfig:
     seed: int = 1  # seeds weights, dropout and batch order
     log_every: int = 10  # updates between TensorBoard/log lines
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
-    precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs, fp32 on CPUs
+    precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16), else fp32
     compile: bool = False  # torch.compile the model (worth it for long GPU runs; on a 2-core CPU tiny trained 0.76x eager after 38 s of compiling)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
     max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
@@ -210,6 +210,9 @@ class ValidConfig:
             raise ValueError("valid.metric=bleu needs valid.bleu_sentences > 0 (dev sentences to translate)")
 
 
+PAPER_LENGTH_PENALTY = 0.6  # section 6.1's alpha
+
+
 @dataclass
 class DecodeConfig:
     """Beam search (section 6.1) on a dataset split or a text file: every setting of a search,
@@ -220,7 +223,9 @@ class DecodeConfig:
     output: Optional[str] = None  # where translations go; default <run_dir>/decode/<split or input name>.<tgt_lang>
     checkpoint: Optional[str] = None  # default <run_dir>/checkpoint_average.pt with checkpoint.average_last, else checkpoint_last.pt
     beam_size: int = 4  # hypotheses kept per sentence; 1 is greedy search
-    length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha
+    # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha. On the command line the default is the
+    # run's choice on the dev split (`translate tune`, configs/common.yaml), else the paper's 0.6.
+    length_penalty: float = PAPER_LENGTH_PENALTY
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b (output_cap)
     max_len_b: int = 50
     # Source tokens kept of an input line (sentencepiece pieces, before EOS): longer lines are
@@ -234,8 +239,13 @@ class DecodeConfig:
     top_k: int = 0  # sample among the k most probable tokens; 0 keeps all
     top_p: float = 1.0  # sample within the smallest set of tokens whose probability reaches p
     seed: int = 1  # seeds sampling
+    # fp32, or bf16 (autocast: products in bf16, softmax and normalization in fp32), worth it on
+    # CPUs with native bf16 (AMX, AVX512-BF16) and on GPUs; auto: bf16 where the device has it.
+    precision: Precision = Precision.fp32
 
     def __post_init__(self) -> None:
+        if self.precision == Precision.fp16:
+            raise ValueError("decode.precision=fp16: decoding runs in fp32 or bf16 (or auto)")
         if self.beam_size < 1 or self.nbest < 1 or self.nbest > self.beam_size:
             raise ValueError(f"decode.nbest ({self.nbest}) must be between 1 and decode.beam_size ({self.beam_size})")
         if self.sampling and self.temperature <= 0:
@@ -252,6 +262,20 @@ class DecodeConfig:
         """Positions a model must serve: max_source_length source tokens and EOS, or their
         longest output, its EOS and BOS."""
         return max(self.max_source_length + 1, self.output_cap(self.max_source_length) + 2)
+
+
+@dataclass
+class TuneConfig:
+    """The length penalty chosen on the dev split (`translate tune`), as the paper chose alpha
+    and the beam size "after experimentation on the development set" (section 6.1)."""
+
+    alphas: List[float] = field(default_factory=lambda: [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5])  # tried, each a decode of the dev split
+    sentences: int = 0  # dev sentences decoded (the first ones); 0: all of data.valid_split
+
+    def __post_init__(self) -> None:
+        if not self.alphas or self.sentences < 0:
+            raise ValueError(f"tune.alphas ({self.alphas}) needs a value and tune.sentences ({self.sentences}) "
+                             "must not be negative")
 
 
 @dataclass
@@ -324,6 +348,7 @@ class TranslateConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     valid: ValidConfig = field(default_factory=ValidConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     bleu: BleuConfig = field(default_factory=BleuConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     table: TableConfig = field(default_factory=TableConfig)

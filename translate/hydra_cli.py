@@ -23,6 +23,7 @@ from translate.config import TranslateConfig
 from translate.data.loading import if_local, local_or_hub
 from translate.errors import TranslateError
 from translate.paths import PROJECT_ROOT, usable_folder
+from translate.training import run_record
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
@@ -65,6 +66,7 @@ def register() -> None:
     OmegaConf.register_new_resolver("local_or_hub", local_or_hub, replace=True)
     OmegaConf.register_new_resolver("if_local", if_local, replace=True)
     OmegaConf.register_new_resolver("sweep_job", _sweep_job, replace=True)
+    OmegaConf.register_new_resolver("chosen_length_penalty", run_record.chosen_length_penalty, replace=True)
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
 
 

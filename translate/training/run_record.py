@@ -2,7 +2,8 @@
 
 train keeps it current (settings, languages, data, model size, updates, training compute summed
 across resumes, the last validation's metrics, the commands run); bleu adds each scored report
-with its signatures. The transformers export's model card is written from it.
+with its signatures; tune the length penalty it chose on the dev split. The transformers
+export's model card is written from it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from translate import paths
+from translate.config import PAPER_LENGTH_PENALTY
+
+LENGTH_PENALTY = "length_penalty"  # tune's entry: the alpha chosen on the dev split and the scores behind it
 
 
 def load(run_dir: Path) -> Dict[str, Any]:
@@ -71,3 +75,10 @@ def record_score(run_dir: Path, report: Dict[str, Any]) -> None:
     scores.append(report)
     record["scores"] = scores
     save(run_dir, record)
+
+
+def chosen_length_penalty(run_dir: str) -> float:
+    """The alpha `translate tune` chose for run_dir; the paper's 0.6 where it has not (the
+    resolver behind decode.length_penalty's default on the command line, configs/common.yaml)."""
+    chosen = load(Path(run_dir)).get(LENGTH_PENALTY, {}).get("alpha")
+    return float(chosen) if isinstance(chosen, (int, float)) else PAPER_LENGTH_PENALTY

@@ -1,0 +1,57 @@
+"""The length penalty chosen on the dev split (translate.tune): what it records, and that decode
+then uses it unless told otherwise."""
+
+import json
+import re
+import shutil
+
+import sacrebleu
+
+from tests.conftest import MULTI30K, run_cli, run_dir_of
+from translate.config import DecodeConfig
+from translate.decode import Translator
+from translate.hydra_cli import load_config
+from translate.training import run_record
+
+
+def copy_of(trained_run, tmp_path):
+    """The shared trained run's overrides, pointed at a copy of it (tune writes its record)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(run_dir_of(trained_run), run_dir)
+    return [o for o in trained_run if not o.startswith("run_dir=")] + [f"run_dir={run_dir}"], run_dir
+
+
+def test_the_paper_alpha_without_a_choice_and_the_recorded_one_with_it(tmp_path):
+    assert run_record.chosen_length_penalty(str(tmp_path)) == 0.6
+    assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 0.6
+    run_record.save(tmp_path, {run_record.LENGTH_PENALTY: {"alpha": 1.2}})
+    assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
+    assert load_config("export", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
+    # Told otherwise on the command line, even to the paper's value:
+    assert load_config("decode", [f"run_dir={tmp_path}", "decode.length_penalty=0.6"]).decode.length_penalty == 0.6
+
+
+def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
+    overrides, run_dir = copy_of(trained_run, tmp_path)
+    result = run_cli("tune", *overrides, "tune.alphas=[0.0,2.5]", "tune.sentences=150", check=True)
+    printed = {float(a): float(b) for a, b in re.findall(r"alpha ([\d.]+): sacreBLEU ([\d.]+)", result.stdout)}
+    assert set(printed) == {0.0, 2.5}, result.stdout
+    chosen = json.loads((run_dir / "run_record.json").read_text())["length_penalty"]
+    assert printed[chosen["alpha"]] == max(printed.values())
+    assert chosen["split"] == "validation" and chosen["sentences"] == 150
+
+    # Each score is the sacreBLEU of the model's own beam search at that alpha, scored apart.
+    import datasets
+
+    rows = datasets.load_dataset(str(MULTI30K), "de-en", split="validation")["translation"][:150]
+    translator = Translator.from_checkpoint(run_dir / "checkpoint_last.pt")
+    for alpha, score in printed.items():
+        hypotheses = translator.translate([r["en"] for r in rows], DecodeConfig(length_penalty=alpha))
+        assert round(sacrebleu.corpus_bleu(hypotheses, [[r["de"] for r in rows]]).score, 2) == score
+
+    sentences = tmp_path / "in.en"
+    sentences.write_text("A dog runs.\n")
+    plain = run_cli("decode", *overrides, f"decode.input={sentences}", check=True)
+    assert f"alpha {chosen['alpha']})" in plain.stderr
+    told = run_cli("decode", *overrides, f"decode.input={sentences}", "decode.length_penalty=0.6", check=True)
+    assert "alpha 0.6)" in told.stderr

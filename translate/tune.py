@@ -1,0 +1,60 @@
+"""The `translate tune` verb: the length penalty chosen on the dev split, as the paper chose
+alpha "after experimentation on the development set" (section 6.1).
+
+It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
+prints sacreBLEU and the brevity penalty of each, and records the best in the run record;
+from then on `translate decode` and `translate export` of the run use it, unless the command
+line sets decode.length_penalty (configs/common.yaml reads it through run_record.chosen_length_penalty).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from translate import checkpoint
+from translate.config import PAPER_LENGTH_PENALTY, TranslateConfig
+from translate.data.loading import load_corpus
+from translate.decode import Translator
+from translate.score import corpus_bleu
+from translate.training import run_record
+
+log = logging.getLogger("translate.tune")
+
+def tune(cfg: TranslateConfig) -> float:
+    """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
+    (of equal scores, the one nearest the paper's 0.6)."""
+    path = checkpoint.for_decoding(cfg)
+    translator = Translator.from_checkpoint(path)
+    corpus = load_corpus(cfg.data, cfg.data.valid_split)
+    sources, references = corpus.pairs()
+    if cfg.tune.sentences:
+        sources, references = sources[:cfg.tune.sentences], references[:cfg.tune.sentences]
+    log.info(f"choosing the length penalty on {len(sources):,} sentences of {corpus.description} "
+             f"(beam {cfg.decode.beam_size}, checkpoint {path})")
+    scores = [_score(translator, sources, references, cfg, alpha) for alpha in cfg.tune.alphas]
+    best = max(scores, key=lambda s: (s["sacrebleu"], -abs(s["alpha"] - PAPER_LENGTH_PENALTY)))
+    print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
+          f"translate decode uses it unless decode.length_penalty is given")
+    record = run_record.load(Path(cfg.run_dir))
+    record[run_record.LENGTH_PENALTY] = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources),
+                          "checkpoint": str(path), "beam_size": cfg.decode.beam_size, "scores": scores,
+                          "command": run_record.command_line("tune")}
+    run_record.save(Path(cfg.run_dir), record)
+    return best["alpha"]
+
+
+def _score(translator: Translator, sources: List[str], references: List[str], cfg: TranslateConfig,
+           alpha: float) -> Dict[str, Any]:
+    """One alpha's decode of the dev sentences, scored; printed as a line."""
+    started = time.monotonic()
+    hypotheses = translator.translate(sources, dataclasses.replace(cfg.decode, length_penalty=alpha))
+    bleu, _ = corpus_bleu(hypotheses, references)
+    score = {"alpha": alpha, "sacrebleu": round(bleu.score, 2), "bp": round(bleu.bp, 4),
+             "ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4), "seconds": round(time.monotonic() - started, 1)}
+    print(f"alpha {alpha}: sacreBLEU {score['sacrebleu']:.2f}, BP {score['bp']:.3f}, "
+          f"length ratio {score['ratio']:.3f} ({score['seconds']} s)", flush=True)
+    return score
