@@ -1,5 +1,6 @@
 """Decoding options on a trained checkpoint: batching independence, n-best, sampling, stdin."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,3 +121,32 @@ def test_the_source_cap_is_the_translators_own(translator):
     cut = translator.vocabulary.decode([encoded[:300]])[0]
     ours = translator.search([long_sentence], DecodeConfig(beam_size=2, max_len_b=5, max_source_length=300))
     assert ours[0][0].tokens == translator.search([cut], DecodeConfig(beam_size=2, max_len_b=5))[0][0].tokens
+
+
+def test_bf16_decoding_runs_the_products_in_bf16_and_stays_near_fp32(translator, sentences):
+    """decode.precision=bf16: the model's products run in bf16 (seen by a hook), each step's
+    log-probabilities stay within 0.1 of fp32's, and most greedy outputs are the same."""
+    from translate.config import Precision
+
+    dtypes = []
+    hook = translator.model.decoder_layers[0].feed_forward.w_1.register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
+    try:
+        bf16 = translator.translate(sentences, DecodeConfig(beam_size=1, precision=Precision.bf16))
+    finally:
+        hook.remove()
+    fp32 = translator.translate(sentences, DecodeConfig(beam_size=1))
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert sum(a == b for a, b in zip(bf16, fp32)) >= 0.8 * len(sentences)
+    src = translator._sources(translator.encode_sources(sentences[:8], 1024), np.arange(8))
+    with torch.inference_mode():
+        reference = translator.model.step(torch.full((8,), 1), translator.model.start_state(src))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = translator.model.step(torch.full((8,), 1), translator.model.start_state(src))
+    assert got.dtype == torch.float32 and (got - reference).abs().max() < 0.1
+
+
+def test_fp16_decoding_is_refused():
+    from translate.config import Precision
+
+    with pytest.raises(ValueError, match="decode.precision=fp16"):
+        DecodeConfig(precision=Precision.fp16)

@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 from translate import checkpoint, paths
-from translate.config import DecodeConfig, Positions, TranslateConfig
+from translate.config import DecodeConfig, Positions, Precision, TranslateConfig
 from translate.data.batching import pad
 from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
 from translate.training.host_memory import keep_freed_memory
+from translate.training.precision import native_bf16
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 
@@ -70,13 +71,32 @@ class Translator:
         # Learned positions serve this many: the source and EOS, the output and BOS.
         max_source_length = min(d.max_source_length, limit - 1) if limit else d.max_source_length
         encoded = self.encode_sources(sentences, max_source_length, first_line)
-        specials, banned = self.vocabulary.specials, self.vocabulary.never_generated
         lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
         order = order[lengths[order] > 1]  # an empty source needs no search
         rows = 1 if d.sampling else d.beam_size
         generator = torch.Generator().manual_seed(d.seed)
         results: List[List[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in encoded]
+        with self.autocast(d):  # one context: the weights are cast to bf16 once, not at every step
+            self._search_batches(encoded, lengths, order, rows, d, generator, results)
+        return results
+
+    def in_bf16(self, d: DecodeConfig) -> bool:
+        """Whether these settings decode in bf16: decode.precision=bf16, or auto where the
+        model's device computes bf16 natively (GPUs; CPUs with AMX or AVX512-BF16)."""
+        device = next(self.model.parameters()).device
+        return d.precision == Precision.bf16 or (d.precision == Precision.auto and (device.type == "cuda" or native_bf16()))
+
+    def autocast(self, d: DecodeConfig) -> torch.autocast:
+        """bf16 autocast on the model's device where in_bf16; disabled (fp32) elsewhere."""
+        return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16, enabled=self.in_bf16(d))
+
+    def _search_batches(self, encoded: List[List[int]], lengths: np.ndarray, order: np.ndarray, rows: int,
+                        d: DecodeConfig, generator: torch.Generator, results: List[List[Hypothesis]]) -> None:
+        """Search the sentences of `order` in batches of about d.tokens_per_batch, longest first,
+        into results."""
+        limit = self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+        specials, banned = self.vocabulary.specials, self.vocabulary.never_generated
         start = 0
         while start < len(order):
             size = max(1, d.tokens_per_batch // (int(lengths[order[start]]) * rows))
@@ -92,7 +112,6 @@ class Translator:
                                     specials.eos, banned)
             for index, hypotheses in zip(chunk, found):
                 results[index] = hypotheses
-        return results
 
     def _sources(self, encoded: List[List[int]], chunk: np.ndarray) -> torch.Tensor:
         """(B, S) the chunk's sources, each with EOS, right-padded."""
@@ -160,6 +179,7 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     if problem:
         raise TranslateError(f"cannot write {output}: {problem}")
     method = "sampling" if cfg.decode.sampling else f"beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty}"
+    method = ("bf16, " if translator.in_bf16(cfg.decode) else "") + method
     log.info(f"translating {len(sources):,} sentences of {what} ({method})")
     started = time.monotonic()
     results = translator.search(sources, cfg.decode)
