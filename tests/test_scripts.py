@@ -72,3 +72,22 @@ def test_profile_window_holds_the_updates_it_names(tmp_path, monkeypatch):
     assert profile["updates"] == 2 and profile["target_tokens"] == 2 + 3 and profile["seconds"] > 0
     calls = {op["op"]: op["calls"] for op in profile["ops"]}
     assert calls["aten::sum"] == 2
+
+
+def test_bench_quality_summary_by_hand(monkeypatch):
+    """Time to a BLEU, interpolated between checkpoints; BLEU at equal updates and minutes."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_quality import Curve, summary
+
+    theirs = Curve("fairseq", [{"updates": 100, "seconds": 120.0, "bleu": 5.0}, {"updates": 200, "seconds": 240.0, "bleu": 10.0}])
+    ours = Curve("ours", [{"updates": 100, "seconds": 60.0, "bleu": 6.0}, {"updates": 200, "seconds": 120.0, "bleu": 14.0},
+                          {"updates": 300, "seconds": 180.0, "bleu": 16.0}])
+    # 10 BLEU: between 6 (60 s) and 14 (120 s), half-way: 90 s; fairseq took 240 s.
+    assert ours.seconds_to(10.0) == 90.0 and theirs.seconds_to(20.0) is None
+    row = summary([theirs, ours])["rows"][0]
+    assert row["ours_minutes_to_it"] == 1.5 and row["time_to_quality_ratio"] == round(240 / 90, 3)
+    assert row["bleu_at_equal_updates"] == [{"updates": 100, "fairseq": 5.0, "ours": 6.0},
+                                            {"updates": 200, "fairseq": 10.0, "ours": 14.0}]
+    assert row["bleu_at_equal_minutes"] == [{"minutes": 1, "fairseq": None, "ours": 6.0},
+                                            {"minutes": 2, "fairseq": 5.0, "ours": 14.0},
+                                            {"minutes": 3, "fairseq": 5.0, "ours": 16.0}]

@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Time to quality against fairseq 0.12.2: dev BLEU against minutes and against updates, one
+JSON line per checkpoint, a summary, and both curves as a PNG beside the JSON.
+
+One trainer after the other on this machine, the same minutes each (default 17), the same
+model size (tiny: 3+3 layers, 256/1024, 4 heads, dropout 0.1), data (Multi30k EN-DE, 8k joint
+vocabulary), batch budget (4,096 tokens) and threads. Each recipe is its own: fairseq's
+`run.sh curve` (lr 7e-4, warmup 400) and our config=tiny. Each keeps a checkpoint every
+--every updates; every checkpoint is decoded on the dev split (beam 4, length penalty 0.6:
+fairseq's --lenpen, our GNMT alpha) and scored with sacreBLEU. Seconds count from the start of
+each trainer's process, since start-up is part of a user's wait. Several of our precisions
+(--ours fp32,bf16) run one after the other, as trainers of their own. fairseq comes from
+../shared/anchors/fairseq; where it is not built, its side is skipped with a line saying so.
+
+    .venv/bin/python scripts/bench_quality.py                       # 17 minutes each
+    .venv/bin/python scripts/bench_quality.py --minutes 15 --ours fp32,bf16 --out runs/quality
+    .venv/bin/python scripts/bench_quality.py --minutes 1 --every 20 --no-fairseq   # a quick check
+    .venv/bin/python scripts/bench_quality.py --score runs/bench_quality/ours-fp32   # score a finished run again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env
+
+sys.path.insert(0, str(ROOT))
+# Imported before any training, so that the scoring runs the code the run started with.
+import sacrebleu  # noqa: E402
+import torch  # noqa: E402
+
+from translate import paths  # noqa: E402
+from translate.config import DecodeConfig  # noqa: E402
+from translate.data.loading import load_corpus  # noqa: E402
+from translate.decode import Translator  # noqa: E402
+from translate.hydra_cli import load_config  # noqa: E402
+
+
+@dataclass
+class Curve:
+    """One trainer's checkpoints: (updates, seconds since its process started, BLEU, BP)."""
+
+    trainer: str
+    points: List[Dict[str, float]] = field(default_factory=list)
+
+    def final(self) -> Dict[str, float]:
+        return self.points[-1]
+
+    def seconds_to(self, bleu: float) -> Optional[float]:
+        """When this trainer first reached `bleu`, interpolated between checkpoints; None if never."""
+        previous = {"seconds": 0.0, "bleu": 0.0}
+        for point in self.points:
+            if point["bleu"] >= bleu:
+                rise = point["bleu"] - previous["bleu"]
+                share = (bleu - previous["bleu"]) / rise if rise > 0 else 1.0
+                return previous["seconds"] + share * (point["seconds"] - previous["seconds"])
+            previous = point
+        return None
+
+    def at_minutes(self, minutes: float) -> Optional[float]:
+        """The BLEU of the last checkpoint written by then (what a user stopping then has)."""
+        done = [p["bleu"] for p in self.points if p["seconds"] <= minutes * 60]
+        return done[-1] if done else None
+
+
+def fairseq_curve(minutes: float, every: int, threads: int) -> Optional[Curve]:
+    """run.sh curve: fairseq-train for `minutes`, then each checkpoint scored on the dev split
+    (run.sh reports sacreBLEU alone, so fairseq's brevity penalty is null)."""
+    if not anchor_built():
+        print(NOT_BUILT + " (fairseq's side skipped)", file=sys.stderr)
+        return None
+    result = subprocess.run(["bash", str(ANCHOR / "run.sh"), "curve", str(minutes), str(every)], capture_output=True,
+                            text=True, env=threads_env(threads), check=True)
+    curve = Curve("fairseq")
+    for line in result.stdout.splitlines():
+        row = json.loads(line)
+        curve.points.append({"updates": row["updates"], "seconds": row["seconds"], "bleu": row["sacrebleu"], "bp": None})
+    return report(curve)
+
+
+def our_training(precision: str, minutes: float, every: int, threads: int, run_dir: Path) -> float:
+    """`translate train config=tiny` for `minutes`, a checkpoint every `every` updates, all kept;
+    returns the time its process started (checkpoint times count from it)."""
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    command = [sys.executable, "-m", "translate", "train", "config=tiny", f"train.precision={precision}",
+               f"train.max_minutes={minutes}", f"train.threads={threads}", f"checkpoint.every_steps={every}",
+               "checkpoint.every_minutes=null", "checkpoint.keep_last=100000", "valid.every_steps=0",
+               f"run_dir={run_dir}"]
+    started = time.time()
+    subprocess.run(command, cwd=ROOT, env=threads_env(threads), check=True, capture_output=True, text=True)
+    return started
+
+
+def our_curve(precision: str, minutes: float, every: int, threads: int, folder: Path) -> Curve:
+    """Our training, then each numbered checkpoint decoded on the dev split and scored."""
+    run_dir = folder / f"ours-{precision}"
+    started = our_training(precision, minutes, every, threads, run_dir)
+    (run_dir / STARTED).write_text(json.dumps({"unix_seconds": started}) + "\n")
+    return scored(run_dir, f"ours-{precision}", threads)
+
+
+STARTED = "process_started.json"  # when our trainer's process started, beside its checkpoints
+
+
+def scored(run_dir: Path, trainer: str, threads: int) -> Curve:
+    """Each numbered checkpoint of a run of ours decoded on the dev split (beam 4, alpha 0.6)
+    and scored; seconds from the process start where STARTED records it (else null)."""
+    started = json.loads((run_dir / STARTED).read_text())["unix_seconds"] if (run_dir / STARTED).is_file() else None
+    torch.set_num_threads(threads)
+    cfg = load_config("decode", ["config=tiny", f"run_dir={run_dir}"])
+    sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
+    settings = DecodeConfig(beam_size=4, length_penalty=0.6)
+    curve = Curve(trainer)
+    for checkpoint in paths.numbered_checkpoints(run_dir):
+        bleu = sacrebleu.corpus_bleu(Translator.from_checkpoint(checkpoint).translate(sources, settings), [references])
+        seconds = round(checkpoint.stat().st_mtime - started, 1) if started is not None else None
+        curve.points.append({"updates": int(checkpoint.stem.split("_")[1]), "seconds": seconds,
+                             "bleu": round(bleu.score, 2), "bp": round(bleu.bp, 4)})
+    return report(curve)
+
+
+def report(curve: Curve) -> Curve:
+    """Print a trainer's lines as soon as its curve is complete."""
+    for point in curve.points:
+        emit(measurement="time_to_quality", trainer=curve.trainer, **point)
+    return curve
+
+
+def summary(curves: List[Curve]) -> Dict[str, object]:
+    """Each trainer against the first (the reference): minutes to the other's final BLEU, BLEU
+    at the updates both reached, and BLEU at equal minutes."""
+    reference, *others = curves
+    rows = []
+    for other in others:
+        goal = reference.final()["bleu"]
+        reached = other.seconds_to(goal)
+        by_updates = {p["updates"]: p["bleu"] for p in reference.points}
+        rows.append({
+            "trainer": other.trainer, "against": reference.trainer,
+            f"{reference.trainer}_final_bleu": goal, f"{reference.trainer}_minutes_to_final": round(reference.final()["seconds"] / 60, 2),
+            f"{other.trainer}_minutes_to_it": round(reached / 60, 2) if reached is not None else None,
+            "time_to_quality_ratio": round(reference.final()["seconds"] / reached, 3) if reached else None,
+            f"{other.trainer}_final_bleu": other.final()["bleu"],
+            f"minutes_{reference.trainer}_needs_for_{other.trainer}_final": _minutes(reference.seconds_to(other.final()["bleu"])),
+            "bleu_at_equal_updates": [{"updates": p["updates"], reference.trainer: by_updates[p["updates"]], other.trainer: p["bleu"]}
+                                      for p in other.points if p["updates"] in by_updates],
+            "bleu_at_equal_minutes": [{"minutes": m, reference.trainer: reference.at_minutes(m), other.trainer: other.at_minutes(m)}
+                                      for m in _minute_grid(reference, other)],
+        })
+    return {"measurement": "time_to_quality_summary", "rows": rows}
+
+
+def _minutes(seconds: Optional[float]) -> Optional[float]:
+    return round(seconds / 60, 2) if seconds is not None else None
+
+
+def _minute_grid(*curves: Curve) -> List[float]:
+    last = min(c.final()["seconds"] for c in curves) / 60
+    return [m for m in (1, 2, 3, 5, 7.5, 10, 12.5, 15, 17, 20, 25, 30) if m <= last + 1e-9]
+
+
+def draw(curves: List[Curve], path: Path) -> Optional[Path]:
+    """BLEU against minutes and against updates, one line per trainer (translate.plot)."""
+    try:
+        from translate import plot
+        from translate.errors import TranslateError
+
+        series = lambda x: [plot.Series(c.trainer, [p[x] / (60 if x == "seconds" else 1) for p in c.points],
+                                        [p["bleu"] for p in c.points]) for c in curves]
+        panels = [plot.Panel("minutes since the process started", "dev sacreBLEU (beam 4)", series("seconds")),
+                  plot.Panel("updates", "dev sacreBLEU (beam 4)", series("updates"))]
+        return plot.curve_panels(panels, path, title="Time to quality: Multi30k EN-DE dev, tiny model",
+                                 size=plot.Size(1600, 700))
+    except TranslateError as error:  # matplotlib not installed: the JSON lines still stand
+        print(f"no PNG: {error}", file=sys.stderr)
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=17.0, help="training minutes of each trainer")
+    parser.add_argument("--every", type=int, default=100, help="updates between checkpoints")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ours", default="auto", help="our precisions, comma-separated (fp32, bf16, auto)")
+    parser.add_argument("--no-fairseq", action="store_true", help="our side only")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_quality", help="runs, JSON lines and PNG")
+    parser.add_argument("--score", type=Path, nargs="*", default=[],
+                        help="only score these finished runs of ours (their checkpoints on the dev split), no training")
+    args = parser.parse_args()
+    if args.score:
+        for run_dir in args.score:
+            scored(run_dir, run_dir.name, args.threads)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    emit(measurement="machine", cpu=_cpu(), threads=args.threads, minutes=args.minutes, every=args.every)
+    curves = [] if args.no_fairseq else [c for c in [fairseq_curve(args.minutes, args.every, args.threads)] if c]
+    curves += [our_curve(p, args.minutes, args.every, args.threads, args.out) for p in args.ours.split(",")]
+    for empty in [c for c in curves if not c.points]:
+        print(f"{empty.trainer}: no checkpoint in {args.minutes} minutes (--every {args.every}); left out", file=sys.stderr)
+    curves = [c for c in curves if c.points]
+    with (args.out / "curves.jsonl").open("w") as lines:
+        for curve in curves:
+            for point in curve.points:
+                lines.write(json.dumps({"measurement": "time_to_quality", "trainer": curve.trainer, **point}) + "\n")
+        if len(curves) > 1:
+            row = summary(curves)
+            emit(**row)
+            lines.write(json.dumps(row) + "\n")
+    drawn = draw(curves, args.out / "curves.png")
+    if drawn:
+        print(f"curves: {drawn}", file=sys.stderr)
+
+
+def _cpu() -> str:
+    """The CPU's model name (lscpu's), for the figures' record."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if os.path.exists("/proc/cpuinfo") else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
