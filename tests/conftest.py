@@ -33,6 +33,9 @@ SMALL = [
     "optim.warmup_steps=20",
     "train.tokens_per_batch=1500",
     "train.tokens_per_update=1500",
+    # fp32 where auto would pick bf16 (CPUs with AMX or AVX512-BF16): the tests compare runs
+    # and processes at fp32's tolerances, and bf16's compiled products cost each short process.
+    "train.precision=fp32",
     "train.max_steps=30",
     "train.log_every=10",
 ]
