@@ -21,7 +21,7 @@ from translate.data.loading import decode_line, load_corpus, read_lines
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
 from translate.training.host_memory import keep_freed_memory
-from translate.training.precision import native_bf16
+from translate.training.precision import resolved
 from translate.model import Transformer
 from translate.search import Hypothesis, beam_search, sample
 
@@ -84,8 +84,7 @@ class Translator:
     def in_bf16(self, d: DecodeConfig) -> bool:
         """Whether these settings decode in bf16: decode.precision=bf16, or auto where the
         model's device computes bf16 natively (GPUs; CPUs with AMX or AVX512-BF16)."""
-        device = next(self.model.parameters()).device
-        return d.precision == Precision.bf16 or (d.precision == Precision.auto and (device.type == "cuda" or native_bf16()))
+        return resolved(d.precision, next(self.model.parameters()).device) == Precision.bf16
 
     def autocast(self, d: DecodeConfig) -> torch.autocast:
         """bf16 autocast on the model's device where in_bf16; disabled (fp32) elsewhere."""

@@ -28,8 +28,7 @@ class MixedPrecision:
     def on(cls, precision: Precision, device: torch.device) -> "MixedPrecision":
         """auto: bf16 on GPUs and on CPUs that compute bf16 products natively (native_bf16);
         fp32 on other CPUs, which emulate bf16 products, slowly."""
-        if precision == Precision.auto:
-            precision = Precision.bf16 if device.type == "cuda" or native_bf16() else Precision.fp32
+        precision = resolved(precision, device)
         autocast = None if precision == Precision.fp32 else torch.autocast(device.type, dtype=_DTYPES[precision])
         scaler = torch.amp.GradScaler(device.type) if precision == Precision.fp16 else None
         return cls(precision, device, autocast, scaler)
@@ -41,6 +40,14 @@ class MixedPrecision:
         if self.device.type == "cuda" or (self.precision == Precision.bf16 and native_bf16()):
             return _DTYPES.get(self.precision, torch.float32)
         return torch.float32
+
+
+def resolved(precision: Precision, device: torch.device) -> Precision:
+    """auto as the device calls for it: bf16 on GPUs and on CPUs with native bf16, else fp32;
+    any other precision as it is (training and decoding share this rule)."""
+    if precision != Precision.auto:
+        return precision
+    return Precision.bf16 if device.type == "cuda" or native_bf16() else Precision.fp32
 
 
 # The x86 flags (AVX512-BF16, AMX) and the Arm feature (FEAT_BF16) of bf16 dot products in hardware.
