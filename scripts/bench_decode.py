@@ -6,7 +6,10 @@ On the same checkpoint and the same real test sentences (default: the Multi30k t
   - plain: the same search, but every step recomputes the decoder over the whole prefix,
   - ctranslate2: the exported model in CTranslate2 (same threads, in-process), in float32 and
     with its weights quantized to int8 on load,
-  - cli: a whole `translate decode` process, start-up included,
+  - ours in bf16 (decode.precision=bf16) where the CPU computes bf16 natively (AMX,
+    AVX512-BF16): speed and BLEU beside float32's, on each split,
+  - cli: a whole `translate decode` process, start-up included, against a whole Python process
+    that loads the CTranslate2 export and translates the same file (float32),
   - fairseq: a whole fairseq-generate process (../shared/anchors/fairseq/run.sh decode, beam 4,
     length penalty 0.6) on its own model trained by `run.sh train 17`; skipped, with a line
     saying so, where the anchor or its checkpoint is missing. Its model is not ours, so
@@ -16,6 +19,7 @@ quality. Rounds interleave ours, CTranslate2, the whole process and fairseq-gene
 
     make demo    # trains runs/tiny-multi30k_en_de/checkpoint_last.pt first
     .venv/bin/python scripts/bench_decode.py --rounds 2
+    .venv/bin/python scripts/bench_decode.py --splits test test_2017_flickr test_2018_flickr test_2017_mscoco
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List
 
@@ -42,9 +46,11 @@ ANCHOR_CHECKPOINT = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")
 sys.path.insert(0, str(ROOT))
 
 from translate.data.loading import load_corpus  # noqa: E402
+from translate.config import Precision  # noqa: E402
 from translate.decode import Translator  # noqa: E402
 from translate.hydra_cli import load_config  # noqa: E402
 from translate.score import corpus_bleu  # noqa: E402
+from translate.training.precision import native_bf16  # noqa: E402
 
 
 def emit(**record) -> None:
@@ -111,7 +117,44 @@ def report(name, hypotheses, references, seconds, tokenizer=None, **extra) -> di
                   target_tokens_per_s=round(tokens / seconds, 1) if tokens else None,
                   bleu=round(score.score, 2), threads=torch.get_num_threads(), **extra)
     emit(**record)
-    return record
+    return {**record, "hypotheses": hypotheses}
+
+
+def by_split(args, hypotheses: List[str], references: List[str]) -> dict:
+    """sacreBLEU of each split's share of the sentences (they are translated as one list)."""
+    scores, start = {}, 0
+    for split, size in zip(args.splits, args.split_sizes):
+        scores[split] = round(corpus_bleu(hypotheses[start:start + size], references[start:start + size])[0].score, 2)
+        start += size
+    return scores
+
+
+# A whole process that loads a CTranslate2 export and translates a file, as a user would run it.
+CT2_PROCESS = """
+import sys, ctranslate2, sentencepiece as spm
+folder, source, output, beam, alpha, threads = sys.argv[1:7]
+processor = spm.SentencePieceProcessor(model_file=folder + "/sentencepiece.model")
+translator = ctranslate2.Translator(folder, device="cpu", intra_threads=int(threads))
+lines = open(source, encoding="utf-8").read().splitlines()
+pieces = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(lines)]
+results = translator.translate_batch(pieces, beam_size=int(beam), length_penalty=float(alpha), max_batch_size=256,
+                                     max_input_length=0, max_decoding_length=max(map(len, pieces)) + 50, disable_unk=True,
+                                     suppress_sequences=[["<pad>"], ["<s>"]])
+open(output, "w", encoding="utf-8").write("".join(processor.decode_pieces(r.hypotheses[0]) + "\\n" for r in results))
+"""
+
+
+def ctranslate2_process(folder: str, sources: List[str], references: List[str], d, threads: int, encode) -> dict:
+    """A whole Python process that loads the CTranslate2 export and translates the sentences as
+    ctranslate2_one_call does, start-up included (as cli_process's)."""
+    with tempfile.TemporaryDirectory() as work:
+        src, out = Path(work) / "input.txt", Path(work) / "out.txt"
+        src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", CT2_PROCESS, folder, str(src), str(out), str(d.beam_size),
+                        str(d.length_penalty), str(threads)], check=True, capture_output=True)
+        seconds = time.perf_counter() - started
+        return report("ctranslate2_process", out.read_text(encoding="utf-8").splitlines(), references, seconds, tokenizer=encode)
 
 
 def anchor_record(line: str) -> dict:
@@ -142,7 +185,7 @@ def fairseq_generate(threads: int) -> dict:
     return record
 
 
-def cli_process(args, sources: List[str], references: List[str], encode) -> dict:
+def cli_process(args, sources: List[str], references: List[str], encode, length_penalty: float) -> dict:
     """A whole `translate decode` process on the sentences, start-up included."""
     with tempfile.TemporaryDirectory() as folder:
         src = Path(folder) / "input.txt"
@@ -150,6 +193,7 @@ def cli_process(args, sources: List[str], references: List[str], encode) -> dict
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
                         f"decode.checkpoint={args.checkpoint}", f"decode.input={src}", f"decode.output={folder}/out.txt",
+                        f"decode.length_penalty={length_penalty}",
                         f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
                        env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         seconds = time.perf_counter() - started
@@ -165,14 +209,14 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", default=str(ROOT / "runs/tiny-multi30k_en_de/checkpoint_last.pt"))
     parser.add_argument("--config", default="tiny", help="preset whose data and decode settings are used")
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--splits", nargs="+", default=["test"], help="dataset splits, translated as one list")
     parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. a test set: "
                         "data=wmt14_en_de data.path=../shared/data/wmt14-mini")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     parser.add_argument("--plain-limit", type=int, default=200, help="sentences for the slow plain decoder")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "cli", "fairseq"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "bf16", "cli", "fairseq"])
     return parser.parse_args()
 
 
@@ -198,9 +242,9 @@ def fairseq_comparable(args) -> bool:
         emit(measurement="decode_fairseq_generate_process", skipped="no anchor checkpoint: bash ../shared/anchors/fairseq/setup.sh; "
              "bash ../shared/anchors/fairseq/run.sh train 17")
         return False
-    if args.limit or args.split != "test" or args.override or args.config != "tiny":
+    if args.limit or args.splits != ["test"] or args.override or args.config != "tiny":
         emit(measurement="decode_fairseq_generate_process", skipped="run.sh decode translates the whole Multi30k test "
-             "split: compared only for --config tiny without --limit, --split or --override")
+             "split: compared only for --config tiny without --limit, --splits or --override")
         return False
     return True
 
@@ -227,8 +271,18 @@ def one_round(round_: int, args, translator, settings, sources, references, ct2_
                        sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
         emit(measurement="decode_ours_over_ctranslate2_int8", round=round_, ratio=ratio(ours, int8, "sentences_per_s"),
              target_tokens_ratio=ratio(ours, int8, "target_tokens_per_s"))
+    if native_bf16() and "bf16" not in args.skip:
+        bf16 = measure("ours_bf16", lambda s: translator.translate(s, replace(d, precision=Precision.bf16)), sources,
+                       references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+        emit(measurement="decode_bf16_over_fp32", round=round_, ratio=ratio(bf16, ours, "sentences_per_s"),
+             bleu_fp32=by_split(args, ours["hypotheses"], references), bleu_bf16=by_split(args, bf16["hypotheses"], references),
+             same_outputs=round(sum(a == b for a, b in zip(ours["hypotheses"], bf16["hypotheses"])) / len(sources), 3))
     if "cli" not in args.skip:
-        process = cli_process(args, sources, references, encode)
+        process = cli_process(args, sources, references, encode, d.length_penalty)
+        if ct2_folder is not None:
+            theirs = ctranslate2_process(ct2_folder, sources, references, d, args.threads, encode)
+            emit(measurement="decode_process_over_ctranslate2_process", round=round_,
+                 ratio=ratio(process, theirs, "sentences_per_s"), target_tokens_ratio=ratio(process, theirs, "target_tokens_per_s"))
         if "fairseq" not in args.skip:
             theirs = fairseq_generate(args.threads)
             emit(measurement="decode_process_over_fairseq_generate", round=round_,
@@ -241,9 +295,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}", *args.override])
-    sources, references = load_corpus(cfg.data, args.split).pairs()
-    if args.limit:
-        sources, references = sources[: args.limit], references[: args.limit]
+    sources, references, args.split_sizes = [], [], []
+    for split in args.splits:
+        found = load_corpus(cfg.data, split).pairs()
+        found = tuple(side[: args.limit] for side in found) if args.limit else found
+        sources, references = sources + found[0], references + found[1]
+        args.split_sizes.append(len(found[0]))
     translator = Translator.from_checkpoint(Path(args.checkpoint))
     if "plain" not in args.skip:
         against_plain(translator, cfg.decode, sources, references, args.plain_limit)

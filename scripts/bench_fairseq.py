@@ -11,6 +11,10 @@ its measurements are skipped with a line saying so.
 
     .venv/bin/python scripts/bench_fairseq.py --model tiny --rounds 2
     .venv/bin/python scripts/bench_fairseq.py --model base --rounds 2 --updates 20
+    .venv/bin/python scripts/bench_fairseq.py --precision fp32 auto   # ours both ways, each round
+
+fairseq trains in fp32 (run.sh); ours in what train.precision picks (auto: bf16 on CPUs that
+compute it natively, AMX or AVX512-BF16), or in each --precision given, one after the other.
 """
 
 from __future__ import annotations
@@ -25,9 +29,15 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
 SKIPPED = 10  # leading updates left out on both sides (start-up, allocator warm-up)
+sys.path.insert(0, str(ROOT))
+from translate.config import Precision  # noqa: E402
+from translate.training.precision import resolved  # noqa: E402
+
 NOT_BUILT = "fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh"
 
 
@@ -55,20 +65,21 @@ def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
     return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
 
 
-def train_overrides(model: str, updates: int, threads: int, run_dir: Path) -> list:
+def train_overrides(model: str, updates: int, threads: int, run_dir: Path, precision: str = "auto") -> list:
     """`translate train`'s arguments for run.sh's settings: its model sizes and dropout, Multi30k
     and 4,096-token batches (config=tiny), warmup 4000, no checkpoints or validation."""
     return ["config=tiny", f"model={model}", "model.dropout=0.1", f"train.max_steps={updates}",
             f"train.log_every={SKIPPED}", f"train.threads={threads}", "checkpoint.every_steps=0",
-            "checkpoint.every_minutes=null", "valid.every_steps=0", "optim.warmup_steps=4000", f"run_dir={run_dir}"]
+            "checkpoint.every_minutes=null", "valid.every_steps=0", "optim.warmup_steps=4000", f"run_dir={run_dir}",
+            f"train.precision={precision}"]
 
 
-def ours(model: str, updates: int, threads: int, folder: Path) -> float:
+def ours(model: str, updates: int, threads: int, folder: Path, precision: str = "auto") -> float:
     """`translate train`'s target tokens/s over its log windows after the first SKIPPED updates
     (each window's wall time covers the whole loop: data, step, logging)."""
     run_dir = folder / f"ours-{model}"
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    command = [sys.executable, "-m", "translate", "train", *train_overrides(model, updates, threads, run_dir)]
+    command = [sys.executable, "-m", "translate", "train", *train_overrides(model, updates, threads, run_dir, precision)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     return steady_rate(result.stderr)
 
@@ -88,16 +99,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--updates", type=int, default=60, help="updates per run, the first 10 left out")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
+                        help="ours in each (train.precision), after fairseq in every round")
     args = parser.parse_args()
+    picked = resolved(Precision.auto, torch.device("cpu")).value
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(1, args.rounds + 1):
             theirs = fairseq(args.model, args.updates, args.threads)
             if theirs is None:
                 emit(measurement="fairseq_train", skipped=NOT_BUILT)
-            mine = ours(args.model, args.updates, args.threads, Path(folder))
-            emit(measurement="train_vs_fairseq", round=round_, model=args.model, updates=args.updates,
-                 threads=args.threads, ours_target_tokens_per_s=round(mine, 1),
-                 fairseq_target_tokens_per_s=theirs, ratio=round(mine / theirs, 3) if theirs else None)
+            for precision in args.precision:
+                mine = ours(args.model, args.updates, args.threads, Path(folder), precision)
+                emit(measurement="train_vs_fairseq", round=round_, model=args.model, updates=args.updates,
+                     threads=args.threads, precision=picked if precision == "auto" else precision,
+                     ours_target_tokens_per_s=round(mine, 1), fairseq_target_tokens_per_s=theirs,
+                     ratio=round(mine / theirs, 3) if theirs else None)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,16 @@ def test_curves_draws_a_png_of_the_size_asked(tmp_path):
     assert distinct_colours(path) > 20
 
 
+def test_spreads_draws_a_png_of_the_size_asked(tmp_path):
+    """spreads() as the miniature Table 3 calls it: means with error bars, a panel per measure."""
+    rows = [plot.Spread("default", 30.0, 1.5), plot.Spread("A h=1", 33.0, 0.5), plot.Spread("one seed", 31.0)]
+    path = plot.spreads([("dev perplexity", rows), ("dev BLEU", rows)], tmp_path / "t3.png", "Table 3", plot.Size(500, 300, 72))
+    import matplotlib.image
+
+    assert matplotlib.image.imread(path).shape[:2] == (300, 500)
+    assert distinct_colours(path) > 20
+
+
 def logged(run_dir: Path, pattern: str) -> dict:
     """{update: values} of train's log lines that match pattern (3 decimals)."""
     text = (run_dir / "hydra" / "train" / "cli.log").read_text()

@@ -91,3 +91,28 @@ def test_bench_quality_summary_by_hand(monkeypatch):
     assert row["bleu_at_equal_minutes"] == [{"minutes": 1, "fairseq": None, "ours": 6.0},
                                             {"minutes": 2, "fairseq": 5.0, "ours": 14.0},
                                             {"minutes": 3, "fairseq": 5.0, "ours": 16.0}]
+
+
+def test_table3_verdict_by_hand(monkeypatch):
+    """A row differs from the default where |mean difference| > 2 x sqrt(s_row^2/n + s_default^2/n)."""
+    import statistics
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from table3_mini import verdict
+
+    def row(ppl, bleu):
+        return {"n": len(ppl), "dev_ppl": statistics.mean(ppl), "dev_ppl_std": statistics.stdev(ppl),
+                "dev_bleu": statistics.mean(bleu), "dev_bleu_std": statistics.stdev(bleu)}
+
+    default = row([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])  # stdev 1 each
+    found = verdict("A h=1", row([14.0, 15.0, 16.0], [20.5, 21.5, 22.5]), default)
+    sigma = (1 / 3 + 1 / 3) ** 0.5
+    assert found["dev_ppl"]["minus_default"] == 4.0 and found["dev_ppl"]["std_of_difference"] == pytest.approx(sigma, abs=1e-3)
+    # perplexity 4 > 2 x 0.816 higher, as the paper's 5.29 against 4.92; BLEU +0.5 is within 2 x 0.816
+    assert found["dev_ppl"]["beyond_2_std"] and found["dev_ppl"]["direction"] == "higher"
+    assert found["dev_ppl"]["paper_direction"] == "higher" and found["dev_ppl"]["as_in_paper"]
+    assert not found["dev_bleu"]["beyond_2_std"] and found["dev_bleu"]["direction"] == "same"
+    assert found["dev_bleu"]["paper_direction"] == "lower" and not found["dev_bleu"]["as_in_paper"]
+    single = verdict("pre-norm", {"dev_ppl": 9.0, "dev_bleu": 30.0}, default)  # one seed: no spread, no verdict
+    assert single["dev_ppl"]["std_of_difference"] is None and not single["dev_ppl"]["beyond_2_std"]
+    assert "paper_direction" not in single["dev_ppl"]

@@ -5,7 +5,8 @@ plot.kind=attention runs a checkpoint on one sentence and draws its encoder self
 and 5) and its encoder-decoder attention over the decoded translation (a panel per head).
 plot.kind=curves draws runs' training loss, dev perplexity and dev BLEU against updates and
 minutes, from the TensorBoard events train writes (the run record keeps only the last
-validation). curves() and curve_panels() draw any other curves (a benchmark's).
+validation). curves() and curve_panels() draw any other curves (a benchmark's), spreads() means
+over seeds with their error bars (the miniature Table 3's).
 
 Every figure's values are written beside it (<stem>.npz and <stem>.json), so that users and
 tests can check what is drawn. matplotlib (the `plot` extra) is imported only here, when a
@@ -128,6 +129,32 @@ def curve_panels(panels: Sequence[Panel], path: Path, title: str = "", size: Opt
             axes.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=axes.transAxes)
         axes.set(xlabel=panel.x_label, ylabel=panel.y_label, title=panel.title)
         axes.grid(alpha=0.3)
+    if title:
+        figure.suptitle(title)
+    return save(figure, path)
+
+
+@dataclass
+class Spread:
+    """One labelled value over seeds: its mean and its standard deviation (None for one seed)."""
+
+    label: str  # a row of a table
+    mean: float
+    std: Optional[float] = None
+
+
+def spreads(panels: Sequence[Tuple[str, Sequence[Spread]]], path: Path, title: str = "",
+            size: Optional[Size] = None) -> Path:
+    """Means with error bars of one standard deviation, a point per label, one panel per
+    (axis label, spreads) pair side by side, as a PNG at `path`; returns it."""
+    figure = new_figure(size or Size())
+    for index, (y_label, points) in enumerate(panels):
+        axes = figure.add_subplot(1, len(panels), index + 1)
+        ticks = range(len(points))
+        axes.errorbar(list(ticks), [p.mean for p in points], yerr=[p.std or 0.0 for p in points], fmt="o", capsize=6)
+        axes.set_xticks(list(ticks), [p.label for p in points], rotation=30, ha="right")
+        axes.set(ylabel=y_label, title=f"{y_label}: mean ± 1 s.d. over seeds")
+        axes.grid(alpha=0.3, axis="y")
     if title:
         figure.suptitle(title)
     return save(figure, path)
