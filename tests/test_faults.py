@@ -227,3 +227,21 @@ def test_a_damaged_optimizer_state_stops_the_resume_naming_it(tmp_path, trained_
     result = run_cli("train", *overrides)
     one_line_error(result, f"{run}/checkpoint_last.pt: its optimizer state cannot be restored", "move it away", logs=True)
     assert (run / "checkpoint_last.pt").read_bytes() == before
+
+
+def test_written_files_get_the_umask_mode_or_keep_their_own(tmp_path):
+    """atomic_write's temporary file is mkstemp's 0600: the file it becomes must not be."""
+    from translate.paths import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        fresh, kept = tmp_path / "fresh.txt", tmp_path / "kept.txt"
+        kept.write_text("before\n")
+        kept.chmod(0o640)
+        for path in (fresh, kept):
+            with atomic_write(path) as file:
+                file.write("after\n")
+        assert (fresh.stat().st_mode & 0o777, kept.stat().st_mode & 0o777) == (0o644, 0o640)
+        assert kept.read_text() == "after\n"
+    finally:
+        os.umask(old)

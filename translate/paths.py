@@ -114,6 +114,7 @@ def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterat
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         temporary = Path(name)
+        os.fchmod(handle, _mode_for(path))  # mkstemp's 0600 would hide outputs from the user's group
         with os.fdopen(handle, "wb" if binary else "w", encoding=None if binary else "utf-8") as file:
             yield file
             if sync:
@@ -128,6 +129,17 @@ def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterat
             raise
         before = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
         raise TranslateError(f"cannot write {path}: {failed.strerror or failed}; {before}") from None
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions `path` gets: those it has, else what open() would give a new file (0666
+    less the umask)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)  # reading the umask sets it: put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def usable_folder(folder: Path) -> Optional[str]:
