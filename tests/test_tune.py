@@ -55,3 +55,18 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     assert f"alpha {chosen['alpha']})" in plain.stderr
     told = run_cli("decode", *overrides, f"decode.input={sentences}", "decode.length_penalty=0.6", check=True)
     assert "alpha 0.6)" in told.stderr
+
+
+def test_alphas_beyond_the_grid_while_its_largest_is_best():
+    """A best alpha at the grid's edge: steps of the last spacing beyond it, until one is worse
+    or tune.extend_to is passed; none with extend_to=0."""
+    from translate.tune import search_alphas
+
+    def score(alpha):  # sacreBLEU rising to alpha 2.1, falling after
+        return {"alpha": alpha, "sacrebleu": 30.0 - abs(alpha - 2.1)}
+
+    grid = [0.0, 0.6, 1.2, 1.5]
+    assert [s["alpha"] for s in search_alphas(grid, 3.0, score)] == grid + [1.8, 2.1, 2.4]
+    assert [s["alpha"] for s in search_alphas(grid, 2.0, score)] == grid + [1.8]
+    assert [s["alpha"] for s in search_alphas(grid, 0.0, score)] == grid
+    assert [s["alpha"] for s in search_alphas([1.5, 2.1, 2.7], 3.0, score)] == [1.5, 2.1, 2.7]  # the best is inside

@@ -271,11 +271,14 @@ class TuneConfig:
 
     alphas: List[float] = field(default_factory=lambda: [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5])  # tried, each a decode of the dev split
     sentences: int = 0  # dev sentences decoded (the first ones); 0: all of data.valid_split
+    # While the best alpha is the largest tried, one more step of the grid's last spacing is
+    # tried beyond it, up to this alpha (0: the grid only).
+    extend_to: float = 3.0
 
     def __post_init__(self) -> None:
-        if not self.alphas or self.sentences < 0:
-            raise ValueError(f"tune.alphas ({self.alphas}) needs a value and tune.sentences ({self.sentences}) "
-                             "must not be negative")
+        if not self.alphas or self.sentences < 0 or self.extend_to < 0:
+            raise ValueError(f"tune.alphas ({self.alphas}) needs a value, tune.sentences ({self.sentences}) and "
+                             f"tune.extend_to ({self.extend_to}) must not be negative")
 
 
 @dataclass

@@ -2,7 +2,8 @@
 alpha "after experimentation on the development set" (section 6.1).
 
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
-prints sacreBLEU and the brevity penalty of each, and records the best in the run record;
+and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
+the brevity penalty of each, and records the best in the run record;
 from then on `translate decode` and `translate export` of the run use it, unless the command
 line sets decode.length_penalty (configs/common.yaml reads it through run_record.chosen_length_penalty).
 """
@@ -13,7 +14,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Sequence
 
 from translate import checkpoint
 from translate.config import PAPER_LENGTH_PENALTY, TranslateConfig
@@ -35,8 +36,9 @@ def tune(cfg: TranslateConfig) -> float:
         sources, references = sources[:cfg.tune.sentences], references[:cfg.tune.sentences]
     log.info(f"choosing the length penalty on {len(sources):,} sentences of {corpus.description} "
              f"(beam {cfg.decode.beam_size}, checkpoint {path})")
-    scores = [_score(translator, sources, references, cfg, alpha) for alpha in cfg.tune.alphas]
-    best = max(scores, key=lambda s: (s["sacrebleu"], -abs(s["alpha"] - PAPER_LENGTH_PENALTY)))
+    scores = search_alphas(cfg.tune.alphas, cfg.tune.extend_to,
+                           lambda alpha: _score(translator, sources, references, cfg, alpha))
+    best = _best(scores)
     print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
           f"translate decode uses it unless decode.length_penalty is given")
     record = run_record.load(Path(cfg.run_dir))
@@ -45,6 +47,28 @@ def tune(cfg: TranslateConfig) -> float:
                           "command": run_record.command_line("tune")}
     run_record.save(Path(cfg.run_dir), record)
     return best["alpha"]
+
+
+def _best(scores: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The best sacreBLEU; of equal ones, the alpha nearest the paper's."""
+    return max(scores, key=lambda s: (s["sacrebleu"], -abs(s["alpha"] - PAPER_LENGTH_PENALTY)))
+
+
+def search_alphas(alphas: Sequence[float], extend_to: float, score: Callable[[float], Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The scores of every alpha in `alphas`, then, while the best is the largest tried, of one
+    more step of the grid's last spacing beyond it, up to extend_to (0: never): a best alpha
+    at the edge of the grid says that a larger one may be better still."""
+    scores = [score(alpha) for alpha in alphas]
+    grid = sorted(alphas)
+    step = grid[-1] - grid[-2] if len(grid) > 1 and grid[-1] > grid[-2] else 0.5
+    while extend_to:
+        largest = max(s["alpha"] for s in scores)
+        following = round(largest + step, 6)
+        if _best(scores)["alpha"] != largest or following > extend_to + 1e-9:
+            break
+        log.info(f"the best alpha so far, {largest}, is the largest tried: trying {following}")
+        scores.append(score(following))
+    return scores
 
 
 def _score(translator: Translator, sources: List[str], references: List[str], cfg: TranslateConfig,
