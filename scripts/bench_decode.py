@@ -75,6 +75,9 @@ class PlainModel:
     def __init__(self, model):
         self.model = model
 
+    def __getattr__(self, name):  # all but the two methods below are the model's (cfg, parameters, ...)
+        return getattr(self.model, name)
+
     def start_state(self, src):
         memory, src_mask = self.model.encode(src)
         return PrefixState(memory, src_mask, torch.zeros(src.size(0), 0, dtype=torch.long))
