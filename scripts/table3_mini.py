@@ -16,7 +16,8 @@ of that difference: sqrt(s_row^2 / n_row + s_default^2 / n_default).
 Seeds go round the rows (every row's seed 1 first), so that a sweep stopped early still has
 whole seeds; a run that already holds its updates is not trained again. Each run's JSON line
 goes to stdout as it ends, then one per row with its verdict, then the table (markdown); the
-error-bar figure (table3.png) and the runs' curves (curves.png) go in --folder.
+error-bar figure (table3.png) and each row's curves, the mean of its seeds (curves.png), go in
+--folder.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -151,9 +153,29 @@ def main() -> None:
     plot.spreads([(label, [plot.Spread(name, row[measure], row.get(f"{measure}_std")) for name, row in rows.items()])
                   for measure, label, _ in MEASURES], figure, title, plot.Size(1400, 600))
     plot.write_json(figure.with_suffix(".json"), {"title": title, "rows": rows})
-    translate("plot", "config=tiny", "plot.kind=curves", f"plot.runs=[{','.join(map(str, every))}]",
-              f"plot.output={folder / 'curves.png'}", f"run_dir={every[0]}")
-    print(json.dumps({"figures": [str(figure), str(folder / "curves.png")]}))
+    curves = row_curves(runs, folder / "curves.png", title)
+    print(json.dumps({"figures": [str(figure), str(curves)]}))
+
+
+def row_curves(runs: Dict[str, List[Path]], path: Path, title: str) -> Path:
+    """Each row's recorded training loss, dev perplexity and dev BLEU against updates, the mean
+    of its seeds at the updates all of them recorded: a line per row (<stem>.json beside it)."""
+    recorded = {name: [plot.recorded(run) for run in found] for name, found in runs.items()}
+    means: Dict[str, Dict[str, Dict[str, list]]] = {}
+    panels = []
+    for metric in plot.RUN_METRICS:
+        series = []
+        for name, seeds in recorded.items():
+            points = [seed[metric.key] for seed in seeds]
+            updates = sorted(set.intersection(*(set(p.updates) for p in points)))
+            values = [statistics.mean(p.values[p.updates.index(u)] for p in points) for u in updates]
+            means.setdefault(name, {})[metric.key] = {"updates": updates, "values": values}
+            series.append(plot.Series(name, updates, values))
+        panels.append(plot.Panel("updates", f"{metric.label}, mean of seeds", series))
+    plot.curve_panels(panels, path, title, plot.Size(1800, 600), columns=len(panels))
+    plot.write_json(path.with_suffix(".json"), {"title": title, "runs": {n: list(map(str, f)) for n, f in runs.items()},
+                                                "means": means})
+    return path
 
 
 if __name__ == "__main__":

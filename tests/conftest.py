@@ -14,6 +14,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import pytest
 
+# Two pytest-xdist workers share two cores, each starting processes of two threads: OpenMP's
+# spinning waits would take the cores the other's threads need (scripts/bench_contention.py:
+# 0.08x the quiet speed beside a training). Sleeping waits, in this process and its children.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 MULTI30K = SHARED_DATA / "multi30k"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +226,8 @@ def run_curves(cfg: TranslateConfig, size: Size) -> List[Path]:
               for x, x_label in (("updates", "updates"), ("minutes", "training minutes")) for m in RUN_METRICS]
     output = paths.plot_output(cfg)
     title = f"{len(runs)} run{'s' if len(runs) > 1 else ''}: " + ", ".join(values)
+    if len(title) > 120:  # too long for one line: the folder they share
+        title = f"{len(runs)} runs in {os.path.commonpath([str(run.resolve()) for run in runs])}"
     figure = curve_panels(panels, output, title, size, columns=len(RUN_METRICS))
     described = {m.key: f"{m.label}, from TensorBoard's {m.tag}" for m in RUN_METRICS}
     points = {run: {key: vars(p) for key, p in metrics.items()} for run, metrics in values.items()}
