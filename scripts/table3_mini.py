@@ -137,17 +137,14 @@ def main() -> None:
         for name, overrides in settings.items():
             runs[name].append(run(name, overrides, seed, folder, args.updates, args.test))
     # One grouped row per setting (its seeds), named as here rather than by its overrides.
-    rows = {name: compare.rows(found)[0] for name, found in runs.items()}
+    rows = {next(name for name, found in runs.items() if str(found[0]) in row["run"].split(", ")): row
+            for row in compare.rows([run for found in runs.values() for run in found])}
     for name, row in rows.items():
         if name != DEFAULT:
             print(json.dumps(verdict(name, row, rows[DEFAULT])), flush=True)
-    every = [run for found in runs.values() for run in found]
-    shown = compare.rows(every)
-    for row in shown:  # the row's name first
-        row["row"] = next(name for name, found in runs.items() if str(found[0]) in row["run"].split(", "))
     hidden = ("run", "train_flops", "test_bleu") if not args.test else ("run", "train_flops")
-    print(compare.markdown([{"row": row.pop("row"), **{k: v for k, v in row.items() if not k.startswith(hidden)}}
-                            for row in shown]))
+    print(compare.markdown([{"row": name, **{k: v for k, v in row.items() if not k.startswith(hidden)}}
+                            for name, row in rows.items()]))
     title = f"miniature Table 3: tiny Transformer, Multi30k EN-DE, {args.updates} updates, seeds {args.seeds}"
     figure = folder / "table3.png"
     plot.spreads([(label, [plot.Spread(name, row[measure], row.get(f"{measure}_std")) for name, row in rows.items()])

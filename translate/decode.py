@@ -67,7 +67,7 @@ class Translator:
         cut to it (a warning names them, counting lines from first_line).
         """
         d = settings or DecodeConfig()
-        limit = self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+        limit = self.position_limit
         # Learned positions serve this many: the source and EOS, the output and BOS.
         max_source_length = min(d.max_source_length, limit - 1) if limit else d.max_source_length
         encoded = self.encode_sources(sentences, max_source_length, first_line)
@@ -81,20 +81,29 @@ class Translator:
             self._search_batches(encoded, lengths, order, rows, d, generator, results)
         return results
 
+    @property
+    def position_limit(self) -> Optional[int]:
+        """The positions a learned table serves (sources and outputs alike), None for sinusoids."""
+        return self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def in_bf16(self, d: DecodeConfig) -> bool:
         """Whether these settings decode in bf16: decode.precision=bf16, or auto where the
         model's device computes bf16 natively (GPUs; CPUs with AMX or AVX512-BF16)."""
-        return resolved(d.precision, next(self.model.parameters()).device) == Precision.bf16
+        return resolved(d.precision, self.device) == Precision.bf16
 
     def autocast(self, d: DecodeConfig) -> torch.autocast:
         """bf16 autocast on the model's device where in_bf16; disabled (fp32) elsewhere."""
-        return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16, enabled=self.in_bf16(d))
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.in_bf16(d))
 
     def _search_batches(self, encoded: List[List[int]], lengths: np.ndarray, order: np.ndarray, rows: int,
                         d: DecodeConfig, generator: torch.Generator, results: List[List[Hypothesis]]) -> None:
         """Search the sentences of `order` in batches of about d.tokens_per_batch, longest first,
         into results."""
-        limit = self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+        limit = self.position_limit
         specials, banned = self.vocabulary.specials, self.vocabulary.never_generated
         start = 0
         while start < len(order):

@@ -25,6 +25,7 @@ from translate.training import run_record
 
 log = logging.getLogger("translate.tune")
 
+
 def tune(cfg: TranslateConfig) -> float:
     """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
     (of equal scores, the one nearest the paper's 0.6)."""
