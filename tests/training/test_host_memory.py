@@ -1,10 +1,16 @@
-"""translate.training.host_memory: freed host memory is reused, not faulted in again page by page."""
+"""translate.training.host_memory: freed host memory is reused, not faulted in again page by page;
+bf16 products are compiled once a run, not once an epoch."""
 
+import os
+import re
+import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import run
+from tests.conftest import MULTI30K, run, run_cli
+from translate.training.host_memory import COMPILED_PRODUCTS, keep_compiled_products
+from translate.training.precision import native_bf16
 
 # Page faults of an update-like pattern of large blocks (three tensors of varying size, none
 # larger than the first updates'), after two updates at the largest size.
@@ -35,3 +41,37 @@ def test_freed_blocks_are_reused_without_page_faults():
     default = page_faults("default")
     assert default > 8 * 256 * 1024 * 1024 // 4096  # the control: glibc maps large blocks afresh each time
     assert page_faults("keep") < default // 4  # some growth remains: the heap fragments
+
+
+
+# One epoch of this model over Multi30k's 29k training pairs in batches of 1,500 tokens is 555
+# updates and meets about 5,800 compiled bf16 products (389 batch shapes): more than oneDNN's
+# and ideep's default 1,024, which then compile about 11,000 again in each later epoch.
+EPOCH = 555
+MANY_SHAPES = ["config=tiny", f"data.path={MULTI30K}", "data.vocab_size=603", "model.d_model=32", "model.d_ff=64",
+               "model.heads=2", "model.layers=1", "optim.warmup_steps=20", "train.tokens_per_batch=1500",
+               "train.tokens_per_update=1500", "train.precision=bf16", "train.threads=2", "valid.every_steps=0",
+               "checkpoint.every_steps=100000", "checkpoint.every_minutes=null"]
+
+
+@pytest.mark.skipif(not native_bf16(), reason="bf16 products in hardware (AMX, AVX512-BF16): oneDNN's compiled kernels")
+def test_bf16_training_compiles_each_product_once_and_its_memory_stays_flat(tmp_path):
+    """Two epochs in bf16 (ONEDNN_VERBOSE lists every compiled product): after the first, no
+    product is compiled again and the peak memory stays where the first epoch left it."""
+    result = run_cli("train", *MANY_SHAPES, f"train.max_steps={2 * EPOCH}", f"train.log_every={EPOCH}",
+                     f"run_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
+                     env=dict(os.environ, ONEDNN_VERBOSE="profile_create"), stderr=subprocess.STDOUT, check=True)
+    epochs = result.stdout.split(f"update {EPOCH}:")  # oneDNN's lines, then this update's log line, ...
+    assert len(epochs) == 2, result.stdout[-2000:]
+    assert epochs[0].count("create:cache_miss") > 1024  # more than the default caches hold
+    assert epochs[1].count("create:cache_miss") == 0  # without keep_compiled_products, about 11,000
+    peaks = [float(gb) for gb in re.findall(r" mem ([0-9.]+) GB", result.stdout)]  # at updates 555 and 1,110
+    assert len(peaks) == 2 and peaks[1] <= peaks[0] * 1.05, peaks
+
+
+def test_compiled_products_kept_unless_the_user_says_otherwise(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "256")
+    keep_compiled_products()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(COMPILED_PRODUCTS)
+    assert os.environ["LRU_CACHE_CAPACITY"] == "256"

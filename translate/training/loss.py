@@ -64,10 +64,10 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
 
 # The vocabulary projection's rows are rounded up to a multiple of this. Every batch has its own
-# number of real target tokens, and oneDNN (CPU bf16 products) compiles and keeps a primitive,
-# with buffers the size of the (d_model, V) weight, for each shape it meets: rounded, a tiny
-# model's bf16 training ran 1.06x faster and its memory grew to 3.8 GB instead of 5.6 GB in
-# 150 updates. The extra rows cost at most 63 / N of the projection.
+# number of real target tokens, and oneDNN (CPU bf16 products) compiles and keeps kernels for
+# each shape of product it meets (host_memory.keep_compiled_products): rounded, a tiny model's
+# bf16 training ran 1.06x faster and its memory grew to 3.8 GB instead of 5.6 GB in 150
+# updates. The extra rows cost at most 63 / N of the projection.
 ROW_MULTIPLE = 64
 
 

@@ -28,7 +28,7 @@ from translate.errors import Interrupted, TranslateError
 from translate.model import Transformer
 from translate.training import distributed, resume, run_record
 from translate.training.flops import Accounting
-from translate.training.host_memory import keep_freed_memory
+from translate.training.host_memory import keep_compiled_products, keep_freed_memory
 from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor
 from translate.training.optim import Adam, build_optimizer
@@ -339,6 +339,7 @@ def _configure_process(cfg: TranslateConfig, context: distributed.Context) -> No
         torch.set_num_threads(cfg.train.threads)
     if context.device.type == "cpu":
         keep_freed_memory()  # each update's large blocks reused, not faulted in afresh
+        keep_compiled_products()  # each batch shape's bf16 products compiled once, not once an epoch
     if not context.is_main:
         package_log.setLevel(logging.WARNING)
     torch.manual_seed(cfg.train.seed)
