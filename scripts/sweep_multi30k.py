@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""The dev sweep that chose config=multi30k: candidate recipes for Multi30k EN-DE on this
+machine, each trained for the same minutes of a quiet machine, compared on the dev split only.
+
+Minutes are turned into updates once per candidate (a short quiet probe of its updates per
+second, kept in <folder>/rates.json), and every run then trains for its updates: other load on
+the machine (a second run beside it, tests) changes how long a run takes, never what it learns.
+Each run validates ten times (dev loss and greedy dev BLEU on the whole dev split) and keeps its
+last ten numbered checkpoints. Then, on the dev split alone (the test sets are never decoded
+here), each run's averages of its last 1, 3, 5 and 10 checkpoints are decoded with beam 5 at
+alpha 0.6; the best average is decoded with beam 4 too, and `translate tune` chooses its alpha.
+
+    .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 1 --parallel 2
+    .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 2 --candidates tiny-p0.2 tiny-p0.3
+    .venv/bin/python scripts/sweep_multi30k.py --report            # the table, verdicts and figures only
+
+One JSON line per probe, per run, and per dev decode; then one per candidate (the mean and
+standard deviation of its seeds' best dev BLEU) and the table of runs (`translate table`).
+Runs that already hold their updates are not trained again, decodes already scored not redone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+# The candidates: overrides of config=tiny (Multi30k EN-DE, 8k joint BPE, 4,096-token batches,
+# warmup 400, averaging). "literature" is Wu et al. (2021)'s Transformer-Tiny recipe: 4+4 layers of
+# d_model 128, FFN 256, 4 heads, dropout 0.3, Adam eps 1e-8, a peak rate of 0.005 after 2,000
+# warmup updates (lr_scale = 0.005 / (128^-0.5 * 2000^-0.5)), clipping at 25, 8,192 tokens an update.
+CANDIDATES: Dict[str, List[str]] = {
+    "tiny": [],
+    "tiny-p0.2": ["model.dropout=0.2"],
+    "tiny-p0.3": ["model.dropout=0.3"],
+    "literature": ["model.d_model=128", "model.d_ff=256", "model.heads=4", "model.layers=4", "model.dropout=0.3",
+                   "optim.eps=1e-8", "optim.warmup_steps=2000", "optim.lr_scale=2.5298", "optim.clip_norm=25",
+                   "train.tokens_per_update=8192"],
+}
+AVERAGES = (1, 3, 5, 10)  # the last N numbered checkpoints averaged
+PROBE_UPDATES = 150
+
+
+def translate(*args: str, threads: Optional[int] = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return subprocess.run([sys.executable, "-m", "translate", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True, env=env)
+
+
+def emit(record: Dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def record_of(run: Path) -> Dict[str, Any]:
+    try:
+        return json.loads((run / "run_record.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def common(name: str) -> List[str]:
+    return ["config=tiny", f"data.path={MULTI30K}", *CANDIDATES[name]]
+
+
+def probe(name: str, folder: Path) -> float:
+    """Updates per second of a candidate on this machine (2 threads, nothing else running): the
+    last of PROBE_UPDATES updates, past the first epoch's start-up, from the run record."""
+    rates_path = folder / "rates.json"
+    rates = json.loads(rates_path.read_text()) if rates_path.is_file() else {}
+    if name not in rates:
+        run = folder / f"probe-{name}"
+        translate("train", *common(name), f"run_dir={run}", f"train.max_steps={PROBE_UPDATES}", "train.threads=2",
+                  "checkpoint.every_steps=0", "valid.every_steps=0")
+        training = record_of(run)["training"]
+        rates[name] = training["updates"] / training["seconds"]
+        rates_path.write_text(json.dumps(rates, indent=2) + "\n")
+        emit({"probe": name, "updates_per_second": round(rates[name], 3), "cpu": cpu_name()})
+    return rates[name]
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def run_dir(folder: Path, name: str, seed: int) -> Path:
+    return folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-seed{seed}"
+
+
+def train(name: str, seed: int, updates: int, folder: Path, threads: int) -> Path:
+    where = run_dir(folder, name, seed)
+    every = max(1, updates // 10)
+    done = record_of(where).get("training", {}).get("updates") == updates
+    started = time.monotonic()
+    if not done:
+        translate("train", *common(name), f"run_dir={where}", f"train.seed={seed}", f"train.max_steps={updates}",
+                  f"train.threads={threads}", f"checkpoint.every_steps={every}", "checkpoint.keep_last=10",
+                  f"valid.every_steps={every}", "valid.bleu_sentences=1014", threads=threads)
+    emit({"run": name, "seed": seed, "run_dir": str(where), "updates": updates, "trained_before": done,
+          "minutes": round((time.monotonic() - started) / 60, 1)})
+    return where
+
+
+def dev_bleu(run: Path, average: int, beam: int, alpha: float, threads: int) -> Dict[str, Any]:
+    """The dev split decoded with the average of the last `average` checkpoints, scored."""
+    output = run / "sweep" / f"avg{average}-beam{beam}-alpha{alpha}.de"
+    scored = output.with_suffix(".json")
+    if not scored.is_file():
+        translate("average", f"run_dir={run}", "config=tiny", f"data.path={MULTI30K}",
+                  f"checkpoint.average_last={average}", threads=threads)
+        checkpoint = run / "sweep" / f"avg{average}.pt"
+        checkpoint.parent.mkdir(exist_ok=True)
+        os.replace(run / "checkpoint_average.pt", checkpoint)
+        translate("decode", "config=tiny", f"data.path={MULTI30K}", f"run_dir={run}", f"decode.checkpoint={checkpoint}",
+                  "decode.split=validation", f"decode.beam_size={beam}", f"decode.length_penalty={alpha}",
+                  f"decode.output={output}", threads=threads)
+        report = json.loads(translate("bleu", "config=tiny", f"data.path={MULTI30K}", f"run_dir={run}",
+                                      f"bleu.hyp={output}", f"bleu.ref={output}.ref", "bleu.format=json").stdout)
+        scored.write_text(json.dumps({"sacrebleu": report["scores"]["sacrebleu"]["value"],
+                                      "bp": float(re.search(r"BP = ([\d.]+)", report["scores"]["sacrebleu"]["text"]).group(1))}))
+    result = {"run_dir": str(run), "average": average, "beam": beam, "alpha": alpha, **json.loads(scored.read_text())}
+    emit(result)
+    return result
+
+
+def evaluate(run: Path, threads: int) -> Dict[str, Any]:
+    """The run's best dev setting: averages at beam 5, then beam 4, then the alpha tune picks."""
+    found = [dev_bleu(run, n, 5, 0.6, threads) for n in AVERAGES]
+    best = max(found, key=lambda r: r["sacrebleu"])
+    found.append(dev_bleu(run, best["average"], 4, 0.6, threads))
+    checkpoint = run / "sweep" / f"avg{best['average']}.pt"
+    tuned = run / "sweep" / f"tune-avg{best['average']}.json"
+    if not tuned.is_file():
+        translate("tune", "config=tiny", f"data.path={MULTI30K}", f"run_dir={run}", f"decode.checkpoint={checkpoint}",
+                  "decode.beam_size=5", threads=threads)
+        tuned.write_text(json.dumps(record_of(run)["length_penalty"]))
+    tune = json.loads(tuned.read_text())
+    top = max(tune["scores"], key=lambda s: s["sacrebleu"])
+    result = {"run_dir": str(run), "best_average": best["average"], "dev_bleu_beam5_alpha0.6": best["sacrebleu"],
+              "dev_bleu_beam4_alpha0.6": found[-1]["sacrebleu"], "tuned_alpha": tune["alpha"],
+              "dev_bleu_tuned": top["sacrebleu"], "bp_tuned": top["bp"],
+              "greedy_dev_bleu_last": record_of(run).get("valid", {}).get("bleu")}
+    emit(result)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60, help="quiet-machine minutes each run is worth")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--folder", default="runs/sweep-multi30k")
+    parser.add_argument("--parallel", type=int, default=1, help="runs trained at once (threads: 2 / parallel each)")
+    parser.add_argument("--report", action="store_true", help="only evaluate and report what is trained")
+    args = parser.parse_args()
+    folder = Path(args.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rates = {name: probe(name, folder) for name in args.candidates}  # alone, before any run
+    updates = {name: int(rates[name] * args.minutes * 60) for name in args.candidates}
+    threads = max(1, 2 // args.parallel)
+    jobs = [(name, seed) for seed in args.seeds for name in args.candidates]
+    if args.report:
+        runs = [run_dir(folder, name, seed) for name, seed in jobs]
+    else:
+        with ThreadPoolExecutor(args.parallel) as pool:
+            runs = list(pool.map(lambda job: train(job[0], job[1], updates[job[0]], folder, threads), jobs))
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = dict(zip(jobs, pool.map(lambda run: evaluate(run, threads), runs)))
+    for name in args.candidates:
+        scores = [results[(name, seed)]["dev_bleu_tuned"] for seed in args.seeds]
+        emit({"candidate": name, "overrides": CANDIDATES[name], "updates": updates[name], "minutes": args.minutes,
+              "seeds": args.seeds, "dev_bleu_tuned_mean": round(statistics.mean(scores), 2),
+              "dev_bleu_tuned_std": round(statistics.stdev(scores), 2) if len(scores) > 1 else None})
+    print(translate("table", f"table.runs=[{','.join(str(r) for r in runs)}]").stdout)
+
+
+if __name__ == "__main__":
+    main()
