@@ -35,10 +35,9 @@ from pathlib import Path
 
 from bench_fairseq import steady_rate
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from translate.training.host_memory import COMPILED_PRODUCTS  # noqa: E402
+from translate.host_memory import COMPILED_PRODUCTS
 
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
 SETTINGS = {"defaults (1,024)": DEFAULTS, f"kept ({COMPILED_PRODUCTS:,})": {}}  # {}: what translate train sets
 
@@ -48,7 +47,7 @@ import os, random, sys
 if sys.argv[1] == "off":
     os.environ.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY="0", LRU_CACHE_CAPACITY="16")  # ideep's 0 crashes
 else:
-    from translate.training.host_memory import keep_compiled_products
+    from translate.host_memory import keep_compiled_products
     keep_compiled_products()
 import torch
 torch.set_num_threads(2)
@@ -104,7 +103,7 @@ def measure_per_product() -> None:
 
 def measure_shapes() -> None:
     from translate.data.batching import token_batches
-    from translate.data.prepare import prepare
+    from translate.data.preparation import prepare
     from translate.hydra_cli import load_config
 
     cfg = load_config("train", ["config=tiny"])
@@ -125,7 +124,7 @@ def measure_shapes() -> None:
 def measure_attention() -> None:
     import torch
 
-    from translate.model import attend
+    from translate.attention import attend
 
     def fp32_products(q, k, v, mask, causal):
         with torch.autocast("cpu", enabled=False):

@@ -35,7 +35,7 @@ DECODE = """
 import sys, time, torch
 from pathlib import Path
 from translate.data.loading import load_corpus
-from translate.decode import Translator
+from translate.translator import Translator
 from translate.hydra_cli import load_config
 torch.set_grad_enabled(False)
 cfg = load_config("decode", ["config=tiny", "decode.length_penalty=0.6"])

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
 TEXT = ROOT.parent / "shared" / "data" / "text"
-sys.path.insert(0, str(ROOT))
 
 SOURCES = ["wmt-train-sample.en-de"] + [f"newstest{year}" for year in range(2008, 2014)]
 
@@ -55,7 +55,7 @@ def replicate(pairs, n: int, folder: Path) -> Path:
 # Runs in a fresh process, so that its peak memory is the preparation's alone.
 PREPARE = """
 import json, resource, sys, time
-from translate.data.prepare import prepare
+from translate.data.preparation import prepare
 from translate.hydra_cli import load_config
 cfg = load_config("prepare", sys.argv[1:])
 start = time.perf_counter()

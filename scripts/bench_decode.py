@@ -39,18 +39,18 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
+from translate.config import Precision
+from translate.data.loading import load_corpus
+from translate.hydra_cli import load_config
+from translate.metrics import corpus_bleu
+from translate.precision import native_bf16
+from translate.translator import Translator
+
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
 # The anchor's trained tiny model (`run.sh train 17`), which `run.sh decode` translates with.
 ANCHOR_CHECKPOINT = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor")) / "runs" / "long" / "checkpoint_last.pt"
-sys.path.insert(0, str(ROOT))
 
-from translate.data.loading import load_corpus  # noqa: E402
-from translate.config import Precision  # noqa: E402
-from translate.decode import Translator  # noqa: E402
-from translate.hydra_cli import load_config  # noqa: E402
-from translate.score import corpus_bleu  # noqa: E402
-from translate.training.precision import native_bf16  # noqa: E402
 
 
 def emit(**record) -> None:
@@ -84,7 +84,7 @@ class PlainModel:
 
     def step(self, tokens, state: PrefixState):
         state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        hidden = self.model.decode(state.prefix, state.memory, state.src_mask)  # (B, t, D)
+        hidden = self.model.decoder_states(state.prefix, state.memory, state.src_mask)  # (B, t, D)
         return F.log_softmax(self.model.logits(hidden[:, -1]).float(), dim=-1)
 
 
@@ -258,7 +258,7 @@ def one_round(round_: int, args, translator, settings, sources, references, ct2_
     ours = measure("ours", lambda s: translator.translate(s, d), sources, references,
                    tokenizer=encode, beam_size=d.beam_size, round=round_)
     if ct2_folder is not None:
-        from translate.export.ctranslate2 import ctranslate2_translate
+        from translate.formats.ctranslate2 import ctranslate2_translate
 
         ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(ct2_folder, s, d, threads=args.threads),
                       sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
@@ -312,7 +312,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         ct2_folder = None
         if "ctranslate2" not in args.skip:
-            from translate.export.verb import export
+            from translate.export import export
 
             ct2_folder = f"{folder}/ct2"
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={ct2_folder}"]))

@@ -31,12 +31,12 @@ from typing import Optional
 
 import torch
 
+from translate.config import Precision
+from translate.precision import resolved
+
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"
 SKIPPED = 10  # leading updates left out on both sides (start-up, allocator warm-up)
-sys.path.insert(0, str(ROOT))
-from translate.config import Precision  # noqa: E402
-from translate.training.precision import resolved  # noqa: E402
 
 NOT_BUILT = "fairseq anchor not built: bash ../shared/anchors/fairseq/setup.sh"
 

@@ -16,15 +16,14 @@ model alone); `--host-reads lagged immediate`: as the loop reads updates (one be
 on the same model, with the host waiting for every update (as the loop did before);
 `--profile PREFIX [--trace]` adds each kernel's device time (and the timeline) for three updates.
 
-    PYTHONPATH=. python scripts/bench_gpu.py                     # about 3 minutes on one H200
-    PYTHONPATH=. python scripts/bench_gpu.py --device cpu --models tiny --tokens 2000 --steps 2 --warmup 1
+    python scripts/bench_gpu.py                     # about 3 minutes on one H200
+    python scripts/bench_gpu.py --device cpu --models tiny --tokens 2000 --steps 2 --warmup 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,19 +31,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from translate.training import flops  # noqa: E402
-from translate.training.distributed import Context  # noqa: E402
-from translate.config import ModelConfig, OptimConfig  # noqa: E402
-from translate.data.batching import Batch  # noqa: E402
-from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
+from translate.config import ModelConfig, OptimConfig
+from translate.data.batching import Batch
+from translate.data.vocabulary import OUR_LAYOUT
+from translate.model import Transformer
+from translate.training import flops
+from translate.training.distributed import Context
+from translate.training.loss import LabelSmoothedObjective
+from translate.training.optim import build_optimizer
+from translate.training.update import QueuedUpdate, apply_update, train_step
 
 PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # synthetic batches in our layout
-from translate.training.loss import LabelSmoothedObjective  # noqa: E402
-from translate.model import Transformer  # noqa: E402
-from translate.training.optim import build_optimizer  # noqa: E402
-from translate.training.update import QueuedUpdate, apply_update, train_step  # noqa: E402
 
 SIZES = {
     "tiny": ModelConfig(d_model=256, d_ff=1024, heads=4, layers=3, dropout=0.1),

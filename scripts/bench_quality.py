@@ -32,16 +32,15 @@ from typing import Dict, List, Optional
 
 from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env
 
-sys.path.insert(0, str(ROOT))
 # Imported before any training, so that the scoring runs the code the run started with.
-import sacrebleu  # noqa: E402
-import torch  # noqa: E402
+import sacrebleu
+import torch
 
-from translate import paths  # noqa: E402
-from translate.config import DecodeConfig  # noqa: E402
-from translate.data.loading import load_corpus  # noqa: E402
-from translate.decode import Translator  # noqa: E402
-from translate.hydra_cli import load_config  # noqa: E402
+from translate import paths
+from translate.config import DecodeConfig
+from translate.data.loading import load_corpus
+from translate.translator import Translator
+from translate.hydra_cli import load_config
 
 
 @dataclass
@@ -170,15 +169,15 @@ def _minute_grid(*curves: Curve) -> List[float]:
 def draw(curves: List[Curve], path: Path) -> Optional[Path]:
     """BLEU against minutes and against updates, one line per trainer (translate.plot)."""
     try:
-        from translate import plot
+        from translate import figures
         from translate.errors import TranslateError
 
-        series = lambda x: [plot.Series(c.trainer, [p[x] / (60 if x == "seconds" else 1) for p in c.points],
+        series = lambda x: [figures.Series(c.trainer, [p[x] / (60 if x == "seconds" else 1) for p in c.points],
                                         [p["bleu"] for p in c.points]) for c in curves]
-        panels = [plot.Panel("minutes since the process started", "dev sacreBLEU (beam 4)", series("seconds")),
-                  plot.Panel("updates", "dev sacreBLEU (beam 4)", series("updates"))]
-        return plot.curve_panels(panels, path, title="Time to quality: Multi30k EN-DE dev, tiny model",
-                                 size=plot.Size(1600, 700))
+        panels = [figures.Panel("minutes since the process started", "dev sacreBLEU (beam 4)", series("seconds")),
+                  figures.Panel("updates", "dev sacreBLEU (beam 4)", series("updates"))]
+        return figures.curve_panels(panels, path, title="Time to quality: Multi30k EN-DE dev, tiny model",
+                                 size=figures.Size(1600, 700))
     except TranslateError as error:  # matplotlib not installed: the JSON lines still stand
         print(f"no PNG: {error}", file=sys.stderr)
         return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,20 +23,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from translate.training import flops  # noqa: E402
-from translate.data.batching import collate, token_batches  # noqa: E402
-from translate.data.prepare import prepare  # noqa: E402
-from translate.data.vocabulary import OUR_LAYOUT  # noqa: E402
+from translate.data.batching import collate, token_batches
+from translate.data.preparation import prepare
+from translate.data.vocabulary import OUR_LAYOUT
+from translate.hydra_cli import load_config
+from translate.model import Transformer
+from translate.training import flops
+from translate.training.loss import LabelSmoothedObjective
+from translate.training.optim import build_optimizer
+from translate.training.update import apply_update, train_step
 
 PAD, BOS, EOS = OUR_LAYOUT.pad, OUR_LAYOUT.bos, OUR_LAYOUT.eos  # the tiny config trains its own vocabulary
-from translate.hydra_cli import load_config  # noqa: E402
-from translate.model import Transformer  # noqa: E402
-from translate.training.optim import build_optimizer  # noqa: E402
-from translate.training.loss import LabelSmoothedObjective  # noqa: E402
-from translate.training.update import apply_update, train_step  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def emit(**record) -> None:

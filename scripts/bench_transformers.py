@@ -30,14 +30,14 @@ from typing import Callable, List
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from translate import checkpoint  # noqa: E402
-from translate.data.loading import load_corpus  # noqa: E402
-from translate.decode import Translator  # noqa: E402
-from translate.hydra_cli import load_config  # noqa: E402
-from translate.score import corpus_bleu  # noqa: E402
+from translate import averaging
+from translate.data.loading import load_corpus
+from translate.translator import Translator
+from translate.hydra_cli import load_config
+from translate.metrics import corpus_bleu
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEMO_RUN = ROOT / "runs" / "tiny-multi30k_en_de"
 
@@ -56,7 +56,7 @@ def timed(work: Callable[[], object]):
 def find_checkpoint(overrides: List[str]) -> Path:
     """The checkpoint decode would use; without one, exit naming what to run."""
     cfg = load_config("decode", overrides)
-    source = checkpoint.for_decoding(cfg)
+    source = averaging.chosen_checkpoint(cfg)
     if not source.is_file():
         sys.exit(f"no checkpoint in {cfg.run_dir}: run `make demo` (15 minutes), or a short one: "
                  f"`.venv/bin/translate train config=tiny train.max_steps=300 run_dir={cfg.run_dir}`, then --run-dir {cfg.run_dir}")
@@ -69,7 +69,7 @@ def import_transformers() -> None:
 
 def bench_export(overrides: List[str], source: Path, folder: Path) -> None:
     """The export step in this process, then as a whole CLI process (into a second folder)."""
-    from translate.export.verb import export
+    from translate.export import export
 
     _, seconds = timed(import_transformers)  # the import alone, outside the export
     emit(measurement="import_transformers", seconds=round(seconds, 2))
@@ -92,7 +92,7 @@ def greedy_record(name: str, round_: int, hypotheses: List[str], references: Lis
 
 def bench_greedy(overrides: List[str], source: Path, folder: Path, args) -> None:
     """Ours and transformers' greedy search on the same sentences, alternating for args.rounds rounds."""
-    from translate.export.transformers import TransformersTranslator
+    from translate.formats.transformers import TransformersTranslator
 
     cfg = load_config("decode", overrides)
     sources, references = load_corpus(cfg.data, args.split).pairs()

@@ -9,8 +9,9 @@ The other revision is checked out into a temporary git worktree and run with thi
   (weights, Adam's moments and step counts, schedule, random states, data position) equal;
 - `same_resume`: the other tree's checkpoint at update 7 resumed by this tree to 14 equals the
   other tree's uninterrupted 14;
-- `same_outputs`: that checkpoint decoded (beam 4 and greedy, Multi30k test) and exported to
-  CTranslate2 by both trees: identical files;
+- `same_outputs`: that checkpoint decoded (beam 4, greedy, 4-best lists, sampling; Multi30k
+  test), exported to CTranslate2 and to transformers (the model card too), and tune's scores
+  of each alpha on 100 dev sentences, by both trees: identical files;
 - `throughput` (--rounds N): the tiny model's whole `translate train` loop, target tokens/s as
   scripts/bench_fairseq.py measures ours, the two trees interleaved, and their ratio per round.
 
@@ -22,17 +23,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+import bench_fairseq
 
-import bench_fairseq  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 SMALL = ["config=tiny", f"data.path={MULTI30K}", "data.train_split=validation", "data.vocab_size=603",
          "model.d_model=64", "model.d_ff=128", "model.heads=4", "model.layers=2", "optim.warmup_steps=10",
@@ -89,6 +90,19 @@ def same_training(base: Path, folder: Path) -> Path:
     return runs["this"] / "run/checkpoint_last.pt"
 
 
+def comparable(path: Path) -> bytes:
+    """A file's bytes; a JSON record's without the seconds things took (tune's record)."""
+    if path.name != "run_record.json":
+        return path.read_bytes()
+
+    def timeless(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if k != "seconds"}
+        return [timeless(v) for v in value] if isinstance(value, list) else value
+
+    return json.dumps(timeless(json.loads(path.read_text(encoding="utf-8"))), sort_keys=True).encode()
+
+
 def same_outputs(base: Path, checkpoint: Path, folder: Path) -> None:
     digests: Dict[str, Dict[str, str]] = {}
     for name, tree in (("base", base), ("this", ROOT)):
@@ -96,8 +110,15 @@ def same_outputs(base: Path, checkpoint: Path, folder: Path) -> None:
         common = ["config=tiny", f"data.path={MULTI30K}", f"decode.checkpoint={checkpoint}", f"run_dir={out}"]
         translate(tree, "decode", *common, f"decode.output={out}/beam4.de")
         translate(tree, "decode", *common, "decode.beam_size=1", f"decode.output={out}/greedy.de")
+        translate(tree, "decode", *common, "decode.nbest=4", f"decode.output={out}/nbest4.de")
+        translate(tree, "decode", *common, "decode.sampling=true", "decode.top_p=0.9", "decode.temperature=0.8",
+                  f"decode.output={out}/sampled.de")
         translate(tree, "export", *common, f"export.checkpoint={checkpoint}", f"export.output={out}/ct2")
-        digests[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*"))
+        translate(tree, "export", *common, f"export.checkpoint={checkpoint}", "export.format=transformers",
+                  f"export.output={out}/hf")
+        tuned = translate(tree, "tune", *common, "tune.sentences=100").stdout  # each alpha's line, then the choice
+        (out / "tune.txt").write_text(re.sub(r" \([\d.]+ s\)", "", tuned))  # its seconds aside
+        digests[name] = {str(p.relative_to(out)): hashlib.sha256(comparable(p)).hexdigest() for p in sorted(out.rglob("*"))
                          if p.is_file() and "hydra" not in p.parts and p.name != "translate_export.json"}
     differ = sorted(k for k in set(digests["base"]) | set(digests["this"]) if digests["base"].get(k) != digests["this"].get(k))
     emit(measurement="same_outputs", files=sorted(digests["this"]), identical=not differ, differing=differ)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,13 +25,13 @@ from typing import Dict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from translate.config import Precision  # noqa: E402
-from translate.data.loading import load_corpus  # noqa: E402
-from translate.decode import Translator  # noqa: E402
-from translate.hydra_cli import load_config  # noqa: E402
+from translate.config import Precision
+from translate.data.loading import load_corpus
+from translate.translator import Translator
+from translate.hydra_cli import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Kinds of work, by operator name (the first that matches): what beam search spends time on.
 KINDS = [

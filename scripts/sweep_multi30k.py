@@ -2,8 +2,9 @@
 """The dev sweep that chose config=multi30k: candidate recipes for Multi30k EN-DE on this
 machine, each trained for the same minutes of a quiet machine, compared on the dev split only.
 
-Minutes are turned into updates once per candidate (a short quiet probe of its updates per
-second, kept in <folder>/rates.json), and every run then trains for its updates: other load on
+Minutes are turned into updates once per shape of candidate (a short quiet probe of its updates
+per second, kept in <folder>/rates.json; candidates that differ in dropout alone share it), and
+every run then trains for its updates: other load on
 the machine (a second run beside it, tests) changes how long a run takes, never what it learns.
 Each run validates ten times (dev loss and greedy dev BLEU on the whole dev split) and keeps its
 last ten numbered checkpoints. Then, on the dev split alone (the test sets are never decoded
@@ -75,20 +76,30 @@ def common(name: str) -> List[str]:
     return ["config=tiny", f"data.path={MULTI30K}", *CANDIDATES[name]]
 
 
+def shape(name: str) -> str:
+    """The candidates that compute alike (they differ in dropout alone) share one probe: the
+    first of them names it."""
+    same = [other for other in CANDIDATES
+            if [o for o in CANDIDATES[other] if not o.startswith("model.dropout=")]
+            == [o for o in CANDIDATES[name] if not o.startswith("model.dropout=")]]
+    return same[0]
+
+
 def probe(name: str, folder: Path) -> float:
-    """Updates per second of a candidate on this machine (2 threads, nothing else running): the
-    last of PROBE_UPDATES updates, past the first epoch's start-up, from the run record."""
+    """Updates per second of a candidate's shape on this machine (2 threads, nothing else
+    running): PROBE_UPDATES updates from the process start, from the run record."""
     rates_path = folder / "rates.json"
     rates = json.loads(rates_path.read_text()) if rates_path.is_file() else {}
-    if name not in rates:
-        run = folder / f"probe-{name}"
-        translate("train", *common(name), f"run_dir={run}", f"train.max_steps={PROBE_UPDATES}", "train.threads=2",
+    key = shape(name)
+    if key not in rates:
+        run = folder / f"probe-{key}"
+        translate("train", *common(key), f"run_dir={run}", f"train.max_steps={PROBE_UPDATES}", "train.threads=2",
                   "checkpoint.every_steps=0", "valid.every_steps=0")
         training = record_of(run)["training"]
-        rates[name] = training["updates"] / training["seconds"]
+        rates[key] = training["updates"] / training["seconds"]
         rates_path.write_text(json.dumps(rates, indent=2) + "\n")
-        emit({"probe": name, "updates_per_second": round(rates[name], 3), "cpu": cpu_name()})
-    return rates[name]
+        emit({"probe": key, "updates_per_second": round(rates[key], 3), "cpu": cpu_name()})
+    return rates[key]
 
 
 def cpu_name() -> str:

@@ -33,15 +33,15 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from translate import compare, paths, plot  # noqa: E402
-from translate.config import TABLE_3  # noqa: E402
-from translate.training import run_record  # noqa: E402
+from translate import figures, paths, plot, table
+from translate.variants import TABLE_3
+from translate import run_record
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT = "default"
-# The rows of Table 3 (translate.config.TABLE_3) run at the tiny size (d_model 256, 4 heads
+# The rows of Table 3 (translate.variants.TABLE_3) run at the tiny size (d_model 256, 4 heads
 # of 64, 3+3 layers): one of each kind the tiny model can show.
 ROWS = ["A h=1", "B d_k=16", "D P_drop=0.0", "E learned positions", "pre-norm"]
 # The paper's Table 3 (newstest2013): dev perplexity and dev BLEU of the rows run here.
@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=400, help="updates per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of every row")
     parser.add_argument("--rows", nargs="+", default=ROWS, choices=sorted(TABLE_3), metavar="ROW",
-                        help=f"rows of translate.config.TABLE_3 beside the default (default: {ROWS})")
+                        help=f"rows of translate.variants.TABLE_3 beside the default (default: {ROWS})")
     parser.add_argument("--folder", default="runs/table3-mini")
     parser.add_argument("--test", action="store_true", help="also decode the test split (beam 4) and score it")
     args = parser.parse_args()
@@ -138,18 +138,18 @@ def main() -> None:
             runs[name].append(run(name, overrides, seed, folder, args.updates, args.test))
     # One grouped row per setting (its seeds), named as here rather than by its overrides.
     rows = {next(name for name, found in runs.items() if str(found[0]) in row["run"].split(", ")): row
-            for row in compare.rows([run for found in runs.values() for run in found])}
+            for row in table.rows([run for found in runs.values() for run in found])}
     for name, row in rows.items():
         if name != DEFAULT:
             print(json.dumps(verdict(name, row, rows[DEFAULT])), flush=True)
     hidden = ("run", "train_flops", "test_bleu") if not args.test else ("run", "train_flops")
-    print(compare.markdown([{"row": name, **{k: v for k, v in row.items() if not k.startswith(hidden)}}
+    print(table.markdown([{"row": name, **{k: v for k, v in row.items() if not k.startswith(hidden)}}
                             for name, row in rows.items()]))
     title = f"miniature Table 3: tiny Transformer, Multi30k EN-DE, {args.updates} updates, seeds {args.seeds}"
     figure = folder / "table3.png"
-    plot.spreads([(label, [plot.Spread(name, row[measure], row.get(f"{measure}_std")) for name, row in rows.items()])
-                  for measure, label, _ in MEASURES], figure, title, plot.Size(1400, 600))
-    plot.write_json(figure.with_suffix(".json"), {"title": title, "rows": rows})
+    figures.spreads([(label, [figures.Spread(name, row[measure], row.get(f"{measure}_std")) for name, row in rows.items()])
+                  for measure, label, _ in MEASURES], figure, title, figures.Size(1400, 600))
+    figures.write_json(figure.with_suffix(".json"), {"title": title, "rows": rows})
     curves = row_curves(runs, folder / "curves.png", title)
     print(json.dumps({"figures": [str(figure), str(curves)]}))
 
@@ -167,10 +167,10 @@ def row_curves(runs: Dict[str, List[Path]], path: Path, title: str) -> Path:
             updates = sorted(set.intersection(*(set(p.updates) for p in points)))
             values = [statistics.mean(p.values[p.updates.index(u)] for p in points) for u in updates]
             means.setdefault(name, {})[metric.key] = {"updates": updates, "values": values}
-            series.append(plot.Series(name, updates, values))
-        panels.append(plot.Panel("updates", f"{metric.label}, mean of seeds", series))
-    plot.curve_panels(panels, path, title, plot.Size(1800, 600), columns=len(panels))
-    plot.write_json(path.with_suffix(".json"), {"title": title, "runs": {n: list(map(str, f)) for n, f in runs.items()},
+            series.append(figures.Series(name, updates, values))
+        panels.append(figures.Panel("updates", f"{metric.label}, mean of seeds", series))
+    figures.curve_panels(panels, path, title, figures.Size(1800, 600), columns=len(panels))
+    figures.write_json(path.with_suffix(".json"), {"title": title, "runs": {n: list(map(str, f)) for n, f in runs.items()},
                                                 "means": means})
     return path
 

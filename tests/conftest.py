@@ -175,7 +175,7 @@ def one_line_error(result: subprocess.CompletedProcess, *fragments: str, logs: b
     assert result.returncode == 1, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
-    if logs:  # progress log lines (`[...][translate.data.prepare][INFO] - ...`) may come first
+    if logs:  # progress log lines (`[...][translate.data.preparation][INFO] - ...`) may come first
         assert all("][translate." in line for line in lines[:-1]), result.stderr
         lines = lines[-1:]
     assert len(lines) == 1 and ": error: " in lines[0], result.stderr
@@ -361,3 +361,27 @@ def _temporary_files_stay_in_pytest_tmp(tmp_path_factory):
     else:
         os.environ["TMPDIR"] = previous
     tempfile.tempdir = None
+
+
+def greedy_reference(step, state, max_lengths: Sequence[int], symbols) -> List[List[int]]:
+    """The reference the searches are checked against, written out independently of
+    translate.search: the most probable token at each step (never one of symbols.banned), until
+    EOS or the length limit (EOS included)."""
+    import torch
+
+    outputs: List[List[int]] = [[] for _ in max_lengths]
+    last = torch.full((len(max_lengths),), symbols.bos)
+    finished = [False] * len(max_lengths)
+    for t in range(max(max_lengths)):
+        with torch.no_grad():
+            log_probs = step(last, state).clone()
+        log_probs[:, list(symbols.banned)] = float("-inf")
+        last = log_probs.argmax(dim=-1)
+        for b, token in enumerate(last.tolist()):
+            if not finished[b]:
+                finished[b] = token == symbols.eos or t + 1 >= max_lengths[b]
+                if not finished[b]:
+                    outputs[b].append(token)
+        if all(finished):
+            break
+    return outputs

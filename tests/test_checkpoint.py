@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, need, one_line_error, run_cli, small_run
-from translate import checkpoint, paths
+from translate import averaging, checkpoint, paths
 from translate.config import ModelConfig, to_plain
 from translate.errors import TranslateError
 from translate.model import Transformer
@@ -22,7 +22,7 @@ def write_model(path: Path, seed: int, d_model: int = 16, step: int = 1) -> dict
 
 def test_average_is_the_elementwise_mean(tmp_path):
     payloads = [write_model(tmp_path / f"checkpoint_{i}.pt", seed=i, step=i) for i in (1, 2, 3)]
-    averaged = checkpoint.average([tmp_path / f"checkpoint_{i}.pt" for i in (1, 2, 3)])
+    averaged = averaging.average([tmp_path / f"checkpoint_{i}.pt" for i in (1, 2, 3)])
     for name, tensor in averaged["model"].items():
         expected = (payloads[0]["model"][name] + payloads[1]["model"][name] + payloads[2]["model"][name]) / 3
         torch.testing.assert_close(tensor, expected, rtol=1e-6, atol=1e-7)
@@ -33,7 +33,7 @@ def test_averaging_different_models_fails_clearly(tmp_path):
     write_model(tmp_path / "checkpoint_1.pt", seed=1)
     write_model(tmp_path / "checkpoint_2.pt", seed=2, d_model=32)
     with pytest.raises(TranslateError, match=r"checkpoint_2.pt holds a different model \(d_model .*\): it cannot be averaged"):
-        checkpoint.average([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
+        averaging.average([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
 
 
 def test_numbered_order_and_prune(tmp_path):
@@ -96,8 +96,8 @@ def test_a_pickle_that_would_run_code_is_refused_on_every_load_path(tmp_path, co
     """Resume, init_from, decode, average and export: one line naming the file, and nothing
     in it runs (the file it would create never appears)."""
     from translate.data.vocabulary import Vocabulary
-    from translate.decode import Translator
-    from translate.export.verb import export
+    from translate.translator import Translator
+    from translate.export import export
     from translate.training.resume import load_training_state, load_weights
 
     marker = tmp_path / "ran"
@@ -105,10 +105,11 @@ def test_a_pickle_that_would_run_code_is_refused_on_every_load_path(tmp_path, co
     cfg = ModelConfig(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=30)
     model = Transformer(cfg)
     attempts = {
-        "resume": lambda: load_training_state(evil, model, cfg, Vocabulary.__new__(Vocabulary), None, None, None, None),
+        "resume": lambda: load_training_state(evil, model, cfg, Vocabulary.__new__(Vocabulary), optim=None,
+                                               optimizer=None, schedule=None, scaler=None),
         "init_from": lambda: load_weights(evil, model, cfg, None),
         "decode": lambda: Translator.from_checkpoint(evil),
-        "average": lambda: checkpoint.average_last(evil.parent, 1),
+        "average": lambda: averaging.average_last(evil.parent, 1),
         "export": lambda: export(compose("export", f"export.checkpoint={evil}", f"export.output={tmp_path}/out")),
     }
     for name, attempt in attempts.items():
@@ -138,7 +139,7 @@ def test_a_damaged_checkpoint_is_one_line_and_nothing_changes(tmp_path):
     (tmp_path / "checkpoint_1.pt").write_bytes(whole[: len(whole) // 2])
     before = sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir())
     with pytest.raises(TranslateError, match="checkpoint_1.pt cannot be read, it is damaged or truncated") as error:
-        checkpoint.average_last(tmp_path, 1)
+        averaging.average_last(tmp_path, 1)
     assert "move it away, or use another checkpoint" in str(error.value) and "\n" not in str(error.value)
     assert sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir()) == before
 
@@ -157,7 +158,7 @@ def test_averaging_while_training_deletes_the_oldest(tmp_path, monkeypatch):
         return original(path)
 
     monkeypatch.setattr(checkpoint, "load", training_meanwhile)
-    destination = checkpoint.average_last(tmp_path, 3)
+    destination = averaging.average_last(tmp_path, 3)
     averaged = original(destination)
     assert [Path(p).name for p in averaged["averaged"]] == ["checkpoint_2.pt", "checkpoint_3.pt", "checkpoint_4.pt"]
 

@@ -138,3 +138,28 @@ def test_group_files_state_only_what_differs_from_the_schema():
             values = OmegaConf.to_container(OmegaConf.load(path) or OmegaConf.create()) or {}
             restated += [f"{group}/{path.name}: {key}" for key, value in values.items() if defaults.get(key) == value]
     assert restated == []
+
+
+def test_plain_values_come_back_as_the_config_with_its_choices():
+    """from_plain is to_plain's inverse for every field, a Choice included, whatever the class:
+    checkpoints keep plain strings, and no field has to be converted by hand where they are read."""
+    import dataclasses
+
+    from translate.config import Choice, ModelConfig, Norm, Positions, from_plain, to_plain
+
+    cfg = ModelConfig(d_model=64, heads=2, positions=Positions.learned, norm=Norm.pre, max_positions=9)
+    back = from_plain(ModelConfig, to_plain(cfg))
+    assert back == cfg and back.positions is Positions.learned and back.norm is Norm.pre
+
+    class Colour(Choice):
+        red = "red"
+        blue = "blue"
+
+    @dataclasses.dataclass
+    class WithAChoice:
+        colour: Colour = Colour.red
+        size: int = 1
+
+    assert from_plain(WithAChoice, {"colour": "blue", "unknown": 3}) == WithAChoice(Colour.blue, 1)
+    with pytest.raises(ValueError):
+        from_plain(WithAChoice, {"colour": "green"})

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import MULTI30K, need, one_line_error, run_cli, run_dir_of
+from tests.conftest import MULTI30K, greedy_reference, need, one_line_error, run_cli, run_dir_of
 from translate.config import DecodeConfig
-from translate.decode import Translator, format_output
-from translate.search import greedy_search
+from translate.decode import format_output
+from translate.search import Symbols
+from translate.translator import Translator
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,12 @@ def test_results_do_not_depend_on_batching(translator, sentences):
 
 
 def test_beam_one_is_greedy(translator, sentences):
-    ids, specials = translator.vocabulary.encode(sentences[:8]), translator.vocabulary.specials
+    ids, specials = translator.vocabulary.to_ids(sentences[:8]), translator.vocabulary.specials
     width = max(map(len, ids)) + 1
     src = torch.tensor([i + [specials.eos] + [specials.pad] * (width - len(i) - 1) for i in ids])  # (B, S)
     state = translator.model.start_state(src)
-    greedy = greedy_search(translator.model.step, state, [len(i) + 11 for i in ids], specials.bos, specials.eos,
-                           banned=translator.vocabulary.never_generated)
+    symbols = Symbols(specials.bos, specials.eos, tuple(translator.vocabulary.never_generated))
+    greedy = greedy_reference(translator.model.step, state, [len(i) + 11 for i in ids], symbols)
     beam_one = translator.search(sentences[:8], DecodeConfig(beam_size=1, max_len_b=10))
     assert [h[0].tokens for h in beam_one] == greedy
 
@@ -116,9 +117,9 @@ def test_stdin_gets_a_line_for_every_line(trained_run):
 def test_the_source_cap_is_the_translators_own(translator):
     """Cut to the cap, a long sentence translates as its first max_source_length tokens do."""
     long_sentence = " ".join(["A dog runs across the grass."] * 200)
-    encoded = translator.vocabulary.encode([long_sentence])[0]
+    encoded = translator.vocabulary.to_ids([long_sentence])[0]
     assert len(encoded) > 300
-    cut = translator.vocabulary.decode([encoded[:300]])[0]
+    cut = translator.vocabulary.to_text([encoded[:300]])[0]
     ours = translator.search([long_sentence], DecodeConfig(beam_size=2, max_len_b=5, max_source_length=300))
     assert ours[0][0].tokens == translator.search([cut], DecodeConfig(beam_size=2, max_len_b=5))[0][0].tokens
 

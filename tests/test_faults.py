@@ -101,13 +101,13 @@ def scored(tmp_path) -> list:
                                          (errno.EROFS, "Read-only file system"), (errno.EACCES, "Permission denied")])
 def test_any_error_of_the_operating_system_is_its_path_and_cause(tmp_path, code, cause):
     error = f"OSError({code}, os.strerror({code}), '/some/where/test.de')"
-    hook = RAISE_IN.format(module="translate.score", function="score_files", error=error)
+    hook = RAISE_IN.format(module="translate.bleu", function="score_files", error=error)
     result = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook))
     one_line_error(result, f"translate bleu: error: /some/where/test.de: {cause}")
 
 
 def test_an_unexpected_error_is_one_line_and_its_traceback_on_request(tmp_path):
-    hook = RAISE_IN.format(module="translate.score", function="score_files", error="RuntimeError('boom')")
+    hook = RAISE_IN.format(module="translate.bleu", function="score_files", error="RuntimeError('boom')")
     result = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook))
     one_line_error(result, "RuntimeError: boom", "HYDRA_FULL_ERROR=1 shows its traceback")
     full = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook, HYDRA_FULL_ERROR="1"))

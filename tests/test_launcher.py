@@ -45,7 +45,7 @@ def test_submitit_slurm_preset_asks_for_one_task_per_gpu(tmp_path, monkeypatch):
     from hydra.core.utils import setup_globals
     from hydra.types import HydraContext
 
-    from translate.hydra_cli import CONFIG_DIR, quiet_hydra_warnings, register
+    from translate.hydra_cli import CONFIG_DIR, config_name, quiet_hydra_warnings, register
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -67,13 +67,13 @@ def test_submitit_slurm_preset_asks_for_one_task_per_gpu(tmp_path, monkeypatch):
     overrides = ["config=tiny", f"run_dir={tmp_path}/run", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2",
                  "hydra.launcher.gpus_per_node=4", "hydra.launcher.partition=gpu"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name("train"), overrides=overrides, return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         launcher = Plugins.instance().instantiate_launcher(
             hydra_context=HydraContext(config_loader=None, callbacks=None), task_function=lambda _: None, config=cfg)
         launcher.launch([["optim.lr_scale=1"]], initial_job_idx=0)
         with pytest.raises(Exception, match="gpus_per_nod"):  # the plugin's schema: typos fail
-            compose("train", overrides=overrides + ["hydra.launcher.gpus_per_nod=4"], return_hydra_config=True)
+            compose(config_name("train"), overrides=overrides + ["hydra.launcher.gpus_per_nod=4"], return_hydra_config=True)
     GlobalHydra.instance().clear()
     sbatch = submitted["sbatch"]
     assert type(submitted["launcher"]).__name__ == "TranslateSlurmLauncher"

@@ -15,6 +15,7 @@ description are never read as paths. Prose after the block is not checked.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import List
@@ -73,8 +74,8 @@ def test_the_layout_names_each_module_and_package() -> None:
 
 def test_the_table_3_page_shows_the_rows_the_code_has():
     """docs/table3.md's table (the rows under its `| row | variant |` header) is
-    translate.config.TABLE_3, row for row, in its order."""
-    from translate.config import TABLE_3
+    translate.variants.TABLE_3, row for row, in its order."""
+    from translate.variants import TABLE_3
 
     lines = (ROOT / "docs" / "table3.md").read_text(encoding="utf-8").splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| row | variant |"))
@@ -85,4 +86,151 @@ def test_the_table_3_page_shows_the_rows_the_code_has():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         shown.append((cells[1], re.findall(r"`([^`]+)`", cells[2]), cells[3]))
     expected = [(name, v.overrides, f"{v.paper_params}M" if v.paper_params else "") for name, v in TABLE_3.items()]
-    assert shown == expected, "docs/table3.md's table differs from translate.config.TABLE_3"
+    assert shown == expected, "docs/table3.md's table differs from translate.variants.TABLE_3"
+
+
+# --- The layers (docs/design.md), held to the code by reading its imports ---------------------
+
+# Each module's floor, from the ground up; a module imports only from floors below its own, or
+# from its own floor where that is not the verbs' (a part may use another part; a verb never
+# uses another verb). A new module gets a floor here, and a line in the README's Layout.
+FLOORS = {
+    "foundations": ["translate", "translate.config", "translate.errors", "translate.variants", "translate.paths",
+                    "translate.precision", "translate.host_memory", "translate.run_record"],
+    "parts": ["translate.data", "translate.attention", "translate.model", "translate.attention_maps", "translate.search",
+              "translate.checkpoint", "translate.averaging", "translate.metrics", "translate.figures"],
+    "engines": ["translate.translator", "translate.training", "translate.formats"],
+    "verbs": ["translate.train", "translate.prepare", "translate.decode", "translate.tune", "translate.bleu",
+              "translate.average", "translate.table", "translate.plot", "translate.export"],
+    "command line": ["translate.cli", "translate.hydra_cli", "translate.__main__"],
+}
+# Within the engines, the Translator comes first: training validates and the formats export through it.
+ENGINE_ORDER = ["translate.translator", "translate.formats", "translate.training"]
+VERBS = FLOORS["verbs"]
+TRAIN_VERB = "translate.train"
+MAX_LINES = 400
+MAX_POSITIONAL = 6
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def imports_of(path: Path, known: set) -> set:
+    """The translate modules a file imports, anywhere in it (function bodies included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != "translate":
+                found.add(name)
+    return found
+
+
+def floor_of(name: str) -> tuple:
+    """(floor number, rank within the engines) of a module: its own entry or its package's."""
+    for number, members in enumerate(FLOORS.values()):
+        for member in sorted(members, key=len, reverse=True):
+            if name == member or name.startswith(member + ".") and member != "translate":
+                rank = next((i for i, e in enumerate(ENGINE_ORDER) if name == e or name.startswith(e + ".")), 0)
+                return number, rank, member
+    if name == "translate":
+        return 0, 0, "translate"
+    raise AssertionError(f"{name} has no floor in tests/test_layout.py FLOORS")
+
+
+def graph() -> dict:
+    found = modules()
+    known = set(found)
+    return {name: imports_of(path, known) - {name} for name, path in found.items()}
+
+
+def test_every_module_has_a_floor() -> None:
+    for name in modules():
+        floor_of(name)
+
+
+def test_imports_run_down_the_floors_and_never_between_verbs() -> None:
+    wrong = []
+    for name, imported in graph().items():
+        floor, rank, unit = floor_of(name)
+        for other in imported:
+            other_floor, other_rank, other_unit = floor_of(other)
+            if other_unit == unit:
+                continue  # within one module or package
+            same_floor_ok = other_floor == floor and floor != 3 and (floor != 2 or other_rank <= rank)
+            if other_floor > floor or (other_floor == floor and not same_floor_ok):
+                wrong.append(f"{name} -> {other}")
+    assert not wrong, f"imports up the floors, or between verbs: {sorted(wrong)}"
+
+
+def test_only_the_train_verb_imports_the_training_package() -> None:
+    outside = [f"{name} -> {other}" for name, imported in graph().items() for other in imported
+               if other.startswith("translate.training") and not name.startswith("translate.training")
+               and name != TRAIN_VERB]
+    assert not outside, f"translate/training/ is the train verb's own package: {outside}"
+
+
+def test_no_import_circle() -> None:
+    edges = graph()
+    state: dict = {}
+
+    def visit(name: str, trail: list) -> None:
+        state[name] = "open"
+        for other in sorted(edges.get(name, ())):
+            if state.get(other) == "open":
+                raise AssertionError(f"import circle: {' -> '.join(trail[trail.index(other):] + [other])}")
+            if other not in state:
+                visit(other, trail + [other])
+        state[name] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_modules_stay_small() -> None:
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_no_call_with_a_long_positional_list() -> None:
+    """A call of more than MAX_POSITIONAL positional arguments names them instead."""
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and len(node.args) > MAX_POSITIONAL:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} ({len(node.args)} positional)")
+    assert not long, f"calls with more than {MAX_POSITIONAL} positional arguments: {long}"
+
+
+def test_the_output_cap_is_computed_in_one_function() -> None:
+    """decode.max_len_a and max_len_b are read by DecodeConfig.output_cap alone, and no caller
+    adds to or takes from what output_cap or output_limit return (output_limit adds the EOS)."""
+    readers, arithmetic = [], []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for function in functions:
+            for node in ast.walk(function):
+                if isinstance(node, ast.Attribute) and node.attr in ("max_len_a", "max_len_b") and function.name != "output_cap":
+                    readers.append(f"{name}.{function.name}")
+                if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))
+                        and any(isinstance(side, ast.Call) and getattr(side.func, "attr", "") in ("output_cap", "output_limit")
+                                for side in (node.left, node.right))
+                        and function.name not in ("output_limit", "positions")):  # positions adds BOS
+                    arithmetic.append(f"{name}.{function.name}:{node.lineno}")
+    assert not readers, f"the cap's settings read outside DecodeConfig.output_cap: {readers}"
+    assert not arithmetic, f"arithmetic on the output cap outside DecodeConfig.output_limit: {arithmetic}"

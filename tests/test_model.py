@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from translate.config import TABLE_3, ModelConfig, Norm, Positions
+from translate.config import ModelConfig, Norm, Positions
+from translate.variants import TABLE_3
 from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
 
 D, H, FF, N, V = 32, 4, 64, 2, 40
@@ -467,9 +468,9 @@ def test_pre_norm_ends_each_stack_in_a_layer_norm():
     src, tgt = random_tokens([5, 3], 5, g), random_tokens([4, 4], 4, g)
     with torch.no_grad():
         memory, mask = model.encode(src)
-        before = model.decode(tgt, memory, mask)
+        before = model.decoder_states(tgt, memory, mask)
         model.decoder_norm.weight.mul_(2.0)
-        after = model.decode(tgt, memory, mask)
+        after = model.decoder_states(tgt, memory, mask)
     torch.testing.assert_close(after, 2 * before, atol=ATOL, rtol=0)
     assert not hasattr(tiny_model(), "decoder_norm")
 

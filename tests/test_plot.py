@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, need, run_cli, small_run
-from translate import plot
+from translate import figures, plot
+from translate.attention_maps import attention_maps
 from translate.cli import run_verb
-from translate.decode import Translator
+from translate.translator import Translator
 from translate.hydra_cli import load_config
 
 LAYERS = 2  # the figures draw the second: its inputs come through the first
@@ -82,7 +83,7 @@ def test_the_weights_drawn_are_the_models_own_attention(run, drawn):
     translator = Translator.from_checkpoint(Path(described["checkpoint"]))
     model, vocabulary = translator.model, translator.vocabulary
     specials, pieces = vocabulary.specials, vocabulary.piece_names()
-    source = vocabulary.encode([plot.PAPER_SENTENCE])[0] + [specials.eos]
+    source = vocabulary.to_ids([plot.PAPER_SENTENCE])[0] + [specials.eos]
     output = translator.search([plot.PAPER_SENTENCE], cfg.decode)[0][0].tokens
     assert described["source"] == [pieces[i] for i in source]
     assert described["target"] == [pieces[i] for i in output + [specials.eos]]
@@ -99,10 +100,10 @@ def test_the_weights_drawn_are_the_models_own_attention(run, drawn):
 
 
 def test_the_attention_pass_leaves_no_hooks(run, drawn):
-    """Transformer.attention() takes its hooks away: training and decoding run as before."""
+    """attention_maps() takes its hooks away: training and decoding run as before."""
     described = json.loads(drawn.with_suffix(".json").read_text())
     model = Translator.from_checkpoint(Path(described["checkpoint"])).model
-    model.attention(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]]))
+    attention_maps(model, torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]]))
     assert not any(module._forward_hooks for module in model.modules())
 
 
@@ -124,8 +125,8 @@ def test_a_figure_is_the_size_asked_with_many_colours(drawn, name):
 
 def test_curves_draws_a_png_of_the_size_asked(tmp_path):
     """curves() as a benchmark calls it: named lines against one x axis."""
-    series = [plot.Series("ours", [1, 2, 4], [10.0, 20.0, 25.0]), plot.Series("fairseq", [1, 3], [8.0, 22.0])]
-    path = plot.curves(series, tmp_path / "bleu.png", "minutes", "dev BLEU", "BLEU against minutes", plot.Size(333, 251, 72))
+    series = [figures.Series("ours", [1, 2, 4], [10.0, 20.0, 25.0]), figures.Series("fairseq", [1, 3], [8.0, 22.0])]
+    path = figures.curves(series, tmp_path / "bleu.png", "minutes", "dev BLEU", "BLEU against minutes", figures.Size(333, 251, 72))
     import matplotlib.image
 
     assert matplotlib.image.imread(path).shape[:2] == (251, 333)
@@ -134,8 +135,8 @@ def test_curves_draws_a_png_of_the_size_asked(tmp_path):
 
 def test_spreads_draws_a_png_of_the_size_asked(tmp_path):
     """spreads() as the miniature Table 3 calls it: means with error bars, a panel per measure."""
-    rows = [plot.Spread("default", 30.0, 1.5), plot.Spread("A h=1", 33.0, 0.5), plot.Spread("one seed", 31.0)]
-    path = plot.spreads([("dev perplexity", rows), ("dev BLEU", rows)], tmp_path / "t3.png", "Table 3", plot.Size(500, 300, 72))
+    rows = [figures.Spread("default", 30.0, 1.5), figures.Spread("A h=1", 33.0, 0.5), figures.Spread("one seed", 31.0)]
+    path = figures.spreads([("dev perplexity", rows), ("dev BLEU", rows)], tmp_path / "t3.png", "Table 3", figures.Size(500, 300, 72))
     import matplotlib.image
 
     assert matplotlib.image.imread(path).shape[:2] == (300, 500)
@@ -144,7 +145,7 @@ def test_spreads_draws_a_png_of_the_size_asked(tmp_path):
 
 def logged(run_dir: Path, pattern: str) -> dict:
     """{update: values} of train's log lines that match pattern (3 decimals)."""
-    text = (run_dir / "hydra" / "train" / "cli.log").read_text()
+    text = (run_dir / "hydra" / "train" / "train.log").read_text()
     return {int(m.group(1)): [float(v) for v in m.groups()[1:]] for m in re.finditer(pattern, text)}
 
 

@@ -4,14 +4,15 @@ tests/test_sequence_generator.py), and by a small random Transformer for invaria
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
 
-from translate.config import ModelConfig
+from tests.conftest import greedy_reference
+from translate.config import DecodeConfig, ModelConfig
 from translate.model import Transformer
-from translate.search import beam_search, greedy_search, length_penalty
+from translate.search import Hypothesis, Symbols, beam_search, length_penalty
 
 PAD, UNK, BOS, EOS, W1, W2 = range(6)
 VOCAB = 6
@@ -21,6 +22,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread (
 
 
 Table = Dict[Tuple[int, ...], Dict[int, float]]  # prefix (generated tokens, no BOS) -> {token: prob}
+
+
+def beam(step, state, max_lengths, beam_size: int, alpha: float, banned: Sequence[int] = ()) -> List[List[Hypothesis]]:
+    """beam_search with decode's settings for this beam and alpha."""
+    settings = DecodeConfig(beam_size=beam_size, length_penalty=alpha)
+    return beam_search(step, state, max_lengths, settings, Symbols(BOS, EOS, tuple(banned)))
+
+
+def greedy(step, state, max_lengths: Sequence[int], banned: Sequence[int] = ()) -> List[List[int]]:
+    return greedy_reference(step, state, max_lengths, Symbols(BOS, EOS, tuple(banned)))
 
 
 class TableState:
@@ -95,7 +106,7 @@ def test_length_penalty_formula():
 def test_beam_two_sentences_exact_tokens_and_scores():
     """Beam 2, alpha 0.6, two sentences: hypotheses, log-probs and normalized scores by hand."""
     step, state = table_search([SENTENCE_0, SENTENCE_1])
-    result = beam_search(step, state, [10, 10], beam_size=2, alpha=0.6, bos=BOS, eos=EOS)
+    result = beam(step, state, [10, 10], 2, 0.6)
     assert len(result) == 2
     assert step.calls == 4  # both sentences have 2 finished hypotheses after step 3: stop early
 
@@ -145,7 +156,7 @@ PENALTY: Table = {
 def test_length_penalty_changes_the_winner(alpha, best, scores):
     """alpha = 0 prefers the shorter hypothesis; a large alpha the longer, less probable one."""
     step, state = table_search([PENALTY])
-    [hypotheses] = beam_search(step, state, [10], beam_size=2, alpha=alpha, bos=BOS, eos=EOS)
+    [hypotheses] = beam(step, state, [10], 2, alpha)
     assert sorted(h.tokens for h in hypotheses) == [[W1, W1, W1], [W2]]
     assert step.calls == 4  # early termination, well before the limit of 10
     assert hypotheses[0].tokens == best
@@ -161,13 +172,13 @@ def test_length_penalty_changes_the_winner(alpha, best, scores):
 def test_beam_one_equals_greedy_on_tables(tables):
     """Beam size 1 follows the most probable token at each step, as greedy search does."""
     step, state = table_search(tables)
-    greedy = greedy_search(step, state, [10] * len(tables), bos=BOS, eos=EOS)
+    greedy_tokens = greedy(step, state, [10] * len(tables))
     step, state = table_search(tables)
-    beam = beam_search(step, state, [10] * len(tables), beam_size=1, alpha=0.6, bos=BOS, eos=EOS)
-    assert [hypotheses[0].tokens for hypotheses in beam] == greedy
-    assert all(len(hypotheses) == 1 for hypotheses in beam)
+    found = beam(step, state, [10] * len(tables), 1, 0.6)
+    assert [hypotheses[0].tokens for hypotheses in found] == greedy_tokens
+    assert all(len(hypotheses) == 1 for hypotheses in found)
     expected = {2: [[W1], [W1, W2]], 1: [[W1, W1, W1]]}[len(tables)]
-    assert greedy == expected
+    assert greedy_tokens == expected
 
 
 # Every prefix: EOS is never the best token (nor the second best).
@@ -179,7 +190,7 @@ def test_max_length_forces_eos(beam_size):
     """A table that never prefers EOS yields max_length - 1 tokens, then a forced EOS."""
     max_lengths = [4, 1, 6]
     step, state = table_search([{}, {}, {}], default=NEVER_EOS)
-    result = beam_search(step, state, max_lengths, beam_size=beam_size, alpha=0.6, bos=BOS, eos=EOS)
+    result = beam(step, state, max_lengths, beam_size, 0.6)
     for hypotheses, limit in zip(result, max_lengths):
         assert hypotheses, "every sentence gets a hypothesis"
         assert all(len(h.tokens) == limit - 1 for h in hypotheses)
@@ -187,22 +198,22 @@ def test_max_length_forces_eos(beam_size):
         assert hypotheses[0].log_prob == pytest.approx((limit - 1) * math.log(0.6) + math.log(0.1), abs=1e-5)
         assert hypotheses[0].score == pytest.approx(hypotheses[0].log_prob / lp(limit, 0.6), abs=1e-5)
     step, state = table_search([{}, {}, {}], default=NEVER_EOS)
-    assert greedy_search(step, state, max_lengths, bos=BOS, eos=EOS) == [[W1] * 3, [], [W1] * 5]
+    assert greedy(step, state, max_lengths) == [[W1] * 3, [], [W1] * 5]
 
 
 def test_banned_tokens_are_never_produced():
     """With w1 (the most probable token) banned, it appears in no hypothesis."""
     favourite = {EOS: 0.2, W1: 0.5, W2: 0.3}
     step, state = table_search([{}], default=favourite)
-    [hypotheses] = beam_search(step, state, [5], beam_size=2, alpha=0.6, bos=BOS, eos=EOS, banned=[W1])
+    [hypotheses] = beam(step, state, [5], 2, 0.6, banned=[W1])
     # Step 0: w2 0.3, </s> 0.2 (finished); step 1: w2 w2 0.09, w2 </s> 0.06 (finished): done.
     assert [h.tokens for h in hypotheses] == [[], [W2]]
     assert [h.log_prob for h in hypotheses] == pytest.approx([math.log(0.2), math.log(0.3 * 0.2)], abs=1e-5)
     assert [h.score for h in hypotheses] == pytest.approx([-1.6094, -2.5649], abs=1e-4)
     step, state = table_search([{}], default=favourite)
-    assert greedy_search(step, state, [5], bos=BOS, eos=EOS, banned=[W1]) == [[W2] * 4]
+    assert greedy(step, state, [5], banned=[W1]) == [[W2] * 4]
     step, state = table_search([{}], default=favourite)  # unbanned, w1 is everywhere
-    assert greedy_search(step, state, [5], bos=BOS, eos=EOS) == [[W1] * 4]
+    assert greedy(step, state, [5]) == [[W1] * 4]
 
 
 # --- with a real (random, small) model --------------------------------------------------
@@ -233,11 +244,11 @@ def test_beam_one_equals_greedy_on_model(model, seed):
     src = sources([5, 8, 3], seed)
     max_lengths = [7, 10, 5]
     banned = (PAD, BOS, UNK)
-    greedy = greedy_search(model.step, model.start_state(src), max_lengths, BOS, EOS, banned=banned)
-    beam = beam_search(model.step, model.start_state(src), max_lengths, 1, 0.6, BOS, EOS, banned=banned)
-    assert [hypotheses[0].tokens for hypotheses in beam] == greedy
-    assert any(greedy)
-    for tokens in greedy:
+    greedy_tokens = greedy(model.step, model.start_state(src), max_lengths, banned=banned)
+    found = beam(model.step, model.start_state(src), max_lengths, 1, 0.6, banned=banned)
+    assert [hypotheses[0].tokens for hypotheses in found] == greedy_tokens
+    assert any(greedy_tokens)
+    for tokens in greedy_tokens:
         assert not set(tokens) & set(banned)
 
 
@@ -258,11 +269,9 @@ def test_beam_search_independent_of_batch(model, beam_size, eos_bias):
     max_lengths = [length + 3 for length in lengths]
     banned = (PAD, BOS, UNK)
     step = eos_biased(model, eos_bias)
-    together = beam_search(step, model.start_state(src), max_lengths, beam_size, 0.6, BOS, EOS, banned)
+    together = beam(step, model.start_state(src), max_lengths, beam_size, 0.6, banned)
     for row, length in enumerate(lengths):
-        [alone] = beam_search(
-            step, model.start_state(src[row : row + 1, :length]), [max_lengths[row]], beam_size, 0.6, BOS, EOS, banned
-        )
+        [alone] = beam(step, model.start_state(src[row : row + 1, :length]), [max_lengths[row]], beam_size, 0.6, banned)
         assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
         assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in together[row]], abs=1e-4)
         assert [h.score for h in alone] == pytest.approx([h.score for h in together[row]], abs=1e-4)

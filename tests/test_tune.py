@@ -9,9 +9,9 @@ import sacrebleu
 
 from tests.conftest import MULTI30K, run_cli, run_dir_of
 from translate.config import DecodeConfig
-from translate.decode import Translator
+from translate.translator import Translator
 from translate.hydra_cli import load_config
-from translate.training import run_record
+from translate import run_record
 
 
 def copy_of(trained_run, tmp_path):
@@ -22,7 +22,7 @@ def copy_of(trained_run, tmp_path):
 
 
 def test_the_paper_alpha_without_a_choice_and_the_recorded_one_with_it(tmp_path):
-    assert run_record.chosen_length_penalty(str(tmp_path)) == 0.6
+    assert run_record.chosen_length_penalty(tmp_path) is None
     assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 0.6
     run_record.save(tmp_path, {run_record.LENGTH_PENALTY: {"alpha": 1.2}})
     assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, multi30k_test, need, one_line_error, run_cli, small_run
 from translate import checkpoint
-from translate.decode import Translator
+from translate.translator import Translator
 
 
 def train_resume_decode(tmp_path: Path, *options: str):
@@ -41,7 +41,7 @@ def test_pre_norm_with_learned_positions_trains_resumes_decodes_and_exports(tmp_
     run_cli("export", *overrides, f"export.output={tmp_path}/ct2", check=True)
     translator = Translator.from_checkpoint(tmp_path / "run" / "checkpoint_last.pt")
     sources, targets = multi30k_test(20)
-    src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
+    src_ids, tgt_ids = translator.vocabulary.to_ids(sources), translator.vocabulary.to_ids(targets)
     piece = translator.vocabulary.processor.id_to_piece
     BOS, EOS = translator.vocabulary.specials.bos, translator.vocabulary.specials.eos
     results = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1).score_batch(

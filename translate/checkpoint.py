@@ -1,4 +1,6 @@
-"""Checkpoints: self-describing `.pt` files, written atomically.
+"""The checkpoint file: self-describing `.pt` files, written atomically, read as data (weights
+only), checked against the model they claim; and which numbered ones a run keeps. (Averaging
+and the choice of a checkpoint to translate with: averaging.py.)
 
 Contract (tools rely on it): torch.load gives a dict with `model` (a plain state_dict, no
 `module.` or compile prefixes), `model_config` (ModelConfig fields), `vocabulary` (the
@@ -14,7 +16,7 @@ import logging
 import pickle
 import re
 import warnings
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -22,7 +24,7 @@ import torch
 from torch import nn
 
 from translate import paths
-from translate.config import ModelConfig, Norm, Positions, TranslateConfig, to_plain
+from translate.config import ModelConfig, from_plain, to_plain
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import MissingCheckpoint, TranslateError
 from translate.model import Transformer
@@ -89,12 +91,9 @@ def _damaged(path: Path, error: Exception) -> TranslateError:
 def model_config(payload: Dict[str, Any], path: Optional[Path] = None) -> ModelConfig:
     """The model settings a checkpoint holds; settings that cannot build a model are one
     TranslateError line naming the checkpoint (`path`)."""
-    names = {f.name for f in fields(ModelConfig)}
     try:
-        saved = {k: v for k, v in payload["model_config"].items() if k in names}
-        saved.setdefault("vocab_multiple", 1)  # checkpoints from before vocabulary padding have none
-        cfg = ModelConfig(**saved)  # older checkpoints: today's defaults for what they lack (post-norm, sinusoids)
-        cfg.positions, cfg.norm = Positions(cfg.positions), Norm(cfg.norm)  # saved as plain strings
+        saved = {"vocab_multiple": 1, **payload["model_config"]}  # checkpoints from before vocabulary padding have none
+        cfg = from_plain(ModelConfig, saved)  # older checkpoints: today's defaults for what they lack (post-norm, sinusoids)
     except (AttributeError, TypeError, ValueError) as error:
         raise TranslateError(f"{path or 'the checkpoint'}: its model settings (model_config) are not valid: {error}") from None
     return cfg
@@ -161,70 +160,3 @@ def prune(run_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average(sources: List[Path]) -> Dict[str, Any]:
-    """Element-wise mean of the weights of checkpoints of one model (paper, section 6.1)."""
-    if not sources:
-        raise TranslateError("no checkpoints to average")
-    payloads = [load(path) for path in sources]
-    first, first_cfg = payloads[0], model_config(payloads[0], sources[0])
-    check_weights(sources[0], first["model"], first_cfg)
-    for path, payload in zip(sources[1:], payloads[1:]):
-        check_same_model(path, payload, first_cfg, first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
-                         f"it cannot be averaged with {sources[0]}")
-        check_weights(path, payload["model"], first_cfg)
-    mean = {}
-    for name, tensor in first["model"].items():
-        stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
-        mean[name] = stacked.mean(dim=0).to(tensor.dtype)
-    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages") if key in first}
-    result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
-    return result
-
-
-def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
-    """Write run_dir/checkpoint_average.pt from the newest `count` numbered checkpoints. A
-    training in run_dir may delete the oldest of them meanwhile (checkpoint.keep_last): then
-    they are listed again."""
-    for attempt in range(tries):
-        sources = paths.numbered_checkpoints(run_dir)[-count:]
-        if not sources:
-            raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
-        try:
-            averaged = average(sources)
-            break
-        except MissingCheckpoint:
-            if attempt == tries - 1:
-                raise
-    destination = run_dir / paths.AVERAGE_CHECKPOINT
-    save(destination, averaged)
-    log.info(f"wrote {destination}: the mean of {len(sources)} checkpoints ({sources[0].name} .. {sources[-1].name})")
-    return destination
-
-
-def _modified(path: Path) -> float:
-    """A file's modification time; +inf for one a training has just deleted (so: rebuild)."""
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return float("inf")
-
-
-def average_verb(cfg: TranslateConfig) -> Path:
-    """`translate average`: average the last checkpoint.average_last numbered checkpoints of run_dir."""
-    if cfg.checkpoint.average_last < 1:
-        raise TranslateError("checkpoint.average_last is 0: set checkpoint.average_last=N to average the last N")
-    return average_last(Path(cfg.run_dir), cfg.checkpoint.average_last)
-
-
-def for_decoding(cfg: TranslateConfig) -> Path:
-    """The checkpoint decode uses; the average is (re)built first when the numbered checkpoints
-    are newer than it, so that train, decode, bleu need no extra step."""
-    path = paths.checkpoint(cfg)
-    if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
-        sources = paths.numbered_checkpoints(path.parent)
-        if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
-            return path.parent / paths.LAST_CHECKPOINT
-        stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))
-        if stale and sources:
-            average_last(path.parent, cfg.checkpoint.average_last)
-    return path

@@ -1,7 +1,7 @@
 """Command line: `translate VERB [hydra overrides]`: the verbs and their dispatch.
 
-Each verb has a primary config in configs/ (train.yaml, decode.yaml, ...); all of them compose
-the same tree (common.yaml), so the verbs agree on run_dir. The verb functions take the typed
+Every verb composes the same tree (configs/common.yaml), so the verbs agree on run_dir; a verb
+with settings of its own has a primary config that adds them (plot.yaml, table.yaml). The verb functions take the typed
 TranslateConfig and know nothing of Hydra. Hydra's glue (composing, resolvers, rewriting the
 command line for sweeps and torchrun ranks) is hydra_cli.py; this module only calls hydra.main.
 (Hydra's submitit launcher, which must live in the hydra_plugins package, is
@@ -17,32 +17,36 @@ from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig
 
+from translate import run_record
 from translate.config import TranslateConfig
 from translate.errors import TranslateError, describe, os_error_in
 from translate.hydra_cli import (
     CONFIG_DIR,
     HYDRA_QUIET,
     check_overrides,
+    config_name,
+    job_name,
     job_run_dir,
     quiet_hydra_warnings,
     register,
     sweep_overrides,
     to_typed,
     with_overrides,
+    with_tuned_length_penalty,
 )
 
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
 # so that `translate` alone and `translate bleu` start fast.
 VERBS: Dict[str, tuple] = {
-    "prepare": ("translate.data.prepare:prepare_verb", "clean, build the vocabulary and encode the corpus once (train does it too)"),
-    "train": ("translate.training.trainer:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
+    "prepare": ("translate.prepare:prepare", "clean, build the vocabulary and encode the corpus once (train does it too)"),
+    "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
     "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
     "tune": ("translate.tune:tune", "choose the length penalty on the dev split (paper, 6.1); decode then uses it"),
-    "bleu": ("translate.score:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
-    "average": ("translate.checkpoint:average_verb", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
-    "table": ("translate.compare:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
+    "bleu": ("translate.bleu:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
+    "average": ("translate.average:average", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
+    "table": ("translate.table:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
     "plot": ("translate.plot:plot", "attention figures of a sentence (paper, Figures 3-5) or curves of runs (plot.kind=curves)"),
-    "export": ("translate.export.verb:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
+    "export": ("translate.export:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
 }
 
 USAGE = (
@@ -111,23 +115,27 @@ def main(argv: Optional[List[str]] = None) -> None:
     register()
     quiet_hydra_warnings()
 
-    @hydra.main(config_path=str(CONFIG_DIR), config_name=verb, version_base="1.3")
+    @hydra.main(config_path=str(CONFIG_DIR), config_name=config_name(verb), version_base="1.3")
     def task(cfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
         try:
             typed = to_typed(cfg)
         except TranslateError as error:
             print(f"translate {verb}: error: {error}", file=sys.stderr)
             sys.exit(1)
         typed.run_dir = job_run_dir(typed.run_dir)
+        typed = with_tuned_length_penalty(typed, list(HydraConfig.get().overrides.task))
         code = run_verb(verb, typed)
         if code:
             sys.exit(code)
 
-    extra = sweep_overrides(overrides)
+    run_record.given_overrides(overrides)
+    extra = job_name(verb) + sweep_overrides(overrides)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
         extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
     overrides = with_overrides(overrides, extra)
-    # Hydra reads sys.argv; the program name sets the job name (and log file name).
+    # Hydra reads sys.argv (the job, hence its folder and log file, is named by job_name).
     sys.argv = [f"translate-{verb}"] + overrides
     task()
 

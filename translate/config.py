@@ -10,8 +10,11 @@ key. Nothing here imports Hydra; hydra_cli.py registers the schema.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
+
+T = TypeVar("T")
 
 
 class Choice(str, enum.Enum):
@@ -86,6 +89,20 @@ def to_plain(cfg: Any) -> Dict[str, Any]:
         return {key: value.value if isinstance(value, enum.Enum) else value for key, value in items}
 
     return asdict(cfg, dict_factory=plain)
+
+
+def from_plain(cls: Type[T], values: Mapping[str, Any]) -> T:
+    """A config dataclass from plain values, as to_plain (and so checkpoints) keep them: each
+    Choice field built from its string; keys the class does not have are left out (older or
+    newer files), and fields the values lack take their defaults."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    given = {}
+    for key, value in values.items():
+        if key in names:
+            hint = hints[key]
+            given[key] = hint(value) if isinstance(hint, type) and issubclass(hint, enum.Enum) else value
+    return cls(**given)
 
 
 @dataclass
@@ -255,13 +272,19 @@ class DecodeConfig:
 
     def output_cap(self, source_length: int) -> int:
         """Output tokens allowed (EOS aside) for a source of this many tokens (EOS aside):
-        max_len_a * source_length + max_len_b (the paper: input length + 50)."""
+        max_len_a * source_length + max_len_b (the paper: input length + 50). The one place
+        the cap is computed; output_limit adds the EOS that ends an output."""
         return int(self.max_len_a * source_length + self.max_len_b)
 
+    def output_limit(self, source_length: int) -> int:
+        """Tokens a search may generate for a source of this many tokens (EOS aside): the cap
+        and the EOS that ends the output (which a search forces there)."""
+        return self.output_cap(source_length) + 1
+
     def positions(self) -> int:
-        """Positions a model must serve: max_source_length source tokens and EOS, or their
-        longest output, its EOS and BOS."""
-        return max(self.max_source_length + 1, self.output_cap(self.max_source_length) + 2)
+        """Positions a model must serve: max_source_length source tokens and EOS, or BOS and
+        the longest output with its EOS."""
+        return max(self.max_source_length + 1, 1 + self.output_limit(self.max_source_length))
 
 
 @dataclass
@@ -361,30 +384,3 @@ class TranslateConfig:
         if self.train.target_bleu is not None and (self.valid.every_steps < 1 or self.valid.bleu_sentences < 1):
             raise ValueError("train.target_bleu needs validations with BLEU: valid.every_steps > 0 and "
                              "valid.bleu_sentences > 0")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One row of the paper's Table 3 as command-line overrides of a preset."""
-
-    row: str  # the paper's row: "A" .. "E", "base", "big", or "" where the paper has none
-    overrides: List[str]  # e.g. ["model.heads=1"]; per-head widths follow d_model / heads unless set
-    paper_params: Optional[int] = None  # the paper's "params x10^6", where it gives one
-
-
-# Every row of the model-variation study (Table 3), the big model and pre-norm, by name:
-# `translate train config=base` + the overrides (scripts/table3_mini.py runs some at the tiny
-# size; docs/table3.md shows them, checked against this).
-TABLE_3: Dict[str, Variant] = {
-    "base": Variant("base", [], 65),
-    **{f"A h={h}": Variant("A", [f"model.heads={h}"], 65) for h in (1, 4, 16, 32)},
-    **{f"B d_k={k}": Variant("B", [f"model.d_k={k}"], params) for k, params in ((16, 58), (32, 60))},
-    **{f"C N={n}": Variant("C", [f"model.layers={n}"], params) for n, params in ((2, 36), (4, 50), (8, 80))},
-    **{f"C d_model={d}": Variant("C", [f"model.d_model={d}"], params) for d, params in ((256, 28), (1024, 168))},
-    **{f"C d_ff={f}": Variant("C", [f"model.d_ff={f}"], params) for f, params in ((1024, 53), (4096, 90))},
-    **{f"D P_drop={p}": Variant("D", [f"model.dropout={p}"]) for p in ("0.0", "0.2")},
-    **{f"D eps_ls={e}": Variant("D", [f"train.label_smoothing={e}"]) for e in ("0.0", "0.2")},
-    "E learned positions": Variant("E", ["model.positions=learned"]),
-    "big": Variant("big", ["model.d_model=1024", "model.d_ff=4096", "model.heads=16", "model.dropout=0.3"], 213),
-    "pre-norm": Variant("", ["model.norm=pre"]),  # not in the paper: LayerNorm before each sub-layer
-}

@@ -23,9 +23,15 @@ from translate.config import TranslateConfig
 from translate.data.loading import if_local, local_or_hub
 from translate.errors import TranslateError
 from translate.paths import PROJECT_ROOT, usable_folder
-from translate.training import run_record
+from translate import run_record
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
+
+
+def job_name(verb: str) -> List[str]:
+    """The Hydra override that names the job after its verb: its folder (configs/common.yaml:
+    <run_dir>/hydra/<verb>) and its log file (<verb>.log)."""
+    return [f"hydra.job.name={verb}"]
 
 
 # Hydra overrides that keep a process from writing Hydra's files (.hydra/) and log file: every
@@ -59,6 +65,12 @@ def quiet_hydra_warnings() -> None:
     warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 
 
+def config_name(verb: str) -> str:
+    """A verb's primary config: configs/<verb>.yaml where the verb has settings of its own (plot
+    and table write no Hydra files), else the tree every verb shares, configs/common.yaml."""
+    return verb if (CONFIG_DIR / f"{verb}.yaml").is_file() else "common"
+
+
 def register() -> None:
     """Register resolvers and the typed schema with Hydra (idempotent)."""
     from hydra.core.config_store import ConfigStore
@@ -66,8 +78,18 @@ def register() -> None:
     OmegaConf.register_new_resolver("local_or_hub", local_or_hub, replace=True)
     OmegaConf.register_new_resolver("if_local", if_local, replace=True)
     OmegaConf.register_new_resolver("sweep_job", _sweep_job, replace=True)
-    OmegaConf.register_new_resolver("chosen_length_penalty", run_record.chosen_length_penalty, replace=True)
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
+
+
+def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str]) -> TranslateConfig:
+    """decode.length_penalty as the command line gives it; else the alpha `translate tune` chose
+    on the dev split for this run_dir (its run record); else the preset's, or the schema's (the
+    paper's 0.6)."""
+    given = any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides)
+    chosen = None if given else run_record.chosen_length_penalty(Path(cfg.run_dir))
+    if chosen is not None:
+        cfg.decode.length_penalty = chosen
+    return cfg
 
 
 def to_typed(cfg: DictConfig) -> TranslateConfig:
@@ -103,11 +125,11 @@ def load_config(verb: str, overrides: List[str]) -> TranslateConfig:
     register()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name=verb, overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name=config_name(verb), overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # the ${hydra:...} resolver reads it
     with open_dict(cfg):
         del cfg["hydra"]
-    return to_typed(cfg)
+    return with_tuned_length_penalty(to_typed(cfg), overrides)
 
 
 def _one_line(error: Exception) -> str:

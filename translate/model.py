@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017): post-norm, and the
 variants of its Table 3 (per-head widths, learned positions) and pre-norm.
 
-Class names follow the paper. Nothing here knows of Hydra, files or distributed training.
+Class names follow the paper (MultiHeadAttention, in attention.py with its decoding cache).
+Nothing here knows of Hydra, files or distributed training.
 Shapes: B batch, S source length, T target length, D d_model, H heads, K = d_k (query and key
 width per head, D / H by default), Kv = d_v (value width per head), V vocabulary.
 """
@@ -10,13 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from translate.attention import LayerCache, MultiHeadAttention
 from translate.config import ModelConfig, Norm, Positions
 
 
@@ -75,125 +76,6 @@ class Dropout(nn.Dropout):
         bits = draws.view(torch.int16)[:n].view(x.shape).bitwise_and_(0x7FFF)  # (...) four 15-bit draws each
         keep = bits >= round(self.p * 2**15)  # (...) bool
         return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))  # the scaled mask: what backward multiplies by
-
-
-class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention (section 3.2.2), on torch's fused kernel.
-
-    Self-attention projects Q, K, V with one matrix; encoder-decoder attention projects Q
-    from the decoder and K, V (once per sentence when decoding) from the encoder output.
-    Each head's queries and keys are d_k wide, its values d_v (Table 3, rows A and B).
-    """
-
-    def __init__(self, d_model: int, heads: int, self_attention: bool, d_k: int, d_v: int):
-        super().__init__()
-        self.heads = heads
-        self.self_attention = self_attention
-        self.d_k, self.d_v = d_k, d_v  # ModelConfig.key_width and value_width
-        # The widths of the fused projection's blocks: Q, K, V (self-attention) or K, V.
-        self.widths = [heads * self.d_k] * (2 if self_attention else 1) + [heads * self.d_v]
-        if self_attention:
-            self.qkv_proj = nn.Linear(d_model, sum(self.widths))
-        else:
-            self.q_proj = nn.Linear(d_model, heads * self.d_k)
-            self.kv_proj = nn.Linear(d_model, sum(self.widths))
-        self.out_proj = nn.Linear(heads * self.d_v, d_model)
-
-    def split_heads(self, x: Tensor) -> Tensor:
-        B, L, W = x.shape
-        return x.view(B, L, self.heads, W // self.heads).transpose(1, 2)  # (B, H, L, K or Kv)
-
-    def project(self, x: Tensor, memory: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-        """Queries (B, H, T, K), keys (B, H, L, K) and values (B, H, L, Kv): of x itself for
-        self-attention (L = T), of the encoder output for encoder-decoder attention (L = S)."""
-        if self.self_attention:
-            q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).split(self.widths, dim=-1))
-            return q, k, v
-        return (self.split_heads(self.q_proj(x)), *self.project_kv(memory))
-
-    def project_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
-        """Keys and values of the encoder output: (B, H, S, K) and (B, H, S, Kv)."""
-        k, v = self.kv_proj(memory).split(self.widths, dim=-1)
-        return self.split_heads(k), self.split_heads(v)
-
-    def forward(
-        self,
-        x: Tensor,  # (B, T, D) queries (and keys/values for self-attention)
-        memory: Optional[Tensor] = None,  # (B, S, D) encoder output, for encoder-decoder attention
-        mask: Optional[Tensor] = None,  # (B, 1, 1 or T, S) True where attention is allowed
-        causal: bool = False,  # mask future positions (decoder self-attention, training)
-        cache: Optional["LayerCache"] = None,  # incremental decoding state of this layer
-    ) -> Tensor:
-        B, T, _ = x.shape
-        H, K, Kv = self.heads, self.d_k, self.d_v
-        if self.self_attention:
-            q, k, v = self.project(x)  # (B, H, T, K or Kv)
-            if cache is not None:  # append this step's keys and values to the earlier ones
-                k, v = cache.append(k, v)  # (B, H, t, K or Kv)
-        else:
-            q = self.split_heads(self.q_proj(x))  # (B, H, T, K)
-            if cache is not None:
-                if cache.cross_k is None:
-                    cache.cross_k, cache.cross_v = self.project_kv(memory)
-                k, v = cache.cross_k, cache.cross_v  # (B / G, H, S, K): one row per source sentence
-                if cache.group > 1:
-                    # The G hypotheses of a sentence attend to the same source: attend as G
-                    # query positions of that sentence instead of copying its keys G times.
-                    G = cache.group
-                    q = q.view(B // G, G, H, T, K).transpose(1, 2)  # (B/G, H, G, T, K)
-                    q = q.reshape(B // G, H, G * T, K)  # (B/G, H, G*T, K)
-                    out = attend_few(q, k, v, mask)  # (B/G, H, G*T, Kv)
-                    out = out.view(B // G, H, G, T, Kv).permute(0, 2, 3, 1, 4)  # (B/G, G, T, H, Kv)
-                    return self.out_proj(out.reshape(B, T, H * Kv))
-            else:
-                k, v = self.project_kv(memory)  # (B, H, S, K)
-        if cache is not None:  # incremental decoding: one query position per row
-            out = attend_few(q, k, v, mask)
-        else:
-            out = attend(q, k, v, mask, causal)  # (B, H, T, Kv)
-        out = out.transpose(1, 2).reshape(B, T, H * Kv)  # (B, T, H * Kv)
-        return self.out_proj(out)  # (B, T, D)
-
-    def probabilities(self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                      causal: bool = False) -> Tensor:
-        """Each head's softmax(Q K^T / sqrt(d_k)), (B, H, T, L), for the inputs of a forward()
-        without cache: the weights it applies to the values, which its fused kernel never
-        materializes (Transformer.attention() calls this; no training or decoding path does)."""
-        q, k, _ = self.project(x, memory)
-        return attention_probabilities(q, k, causal_mask(q, k) if causal and mask is None else mask)
-
-
-def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)): q (B, H, T, K), k (B, H, S, K), mask broadcastable to
-    (B, H, T, S), True where allowed -> (B, H, T, S)."""
-    scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1, dtype=torch.float32)  # fp32 also where q and k are bf16
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V over whole sequences (training, encoding): q (B, H, T, K),
-    k (B, H, S, K), v (B, H, S, Kv), mask broadcastable to (B, H, T, S) True where allowed,
-    or causal -> (B, H, T, Kv). torch's fused kernel, except in bf16 on CPUs: there its
-    backward ran 3x slower than in fp32 (torch 2.13), while the products written out run on
-    the CPU's bf16 units (AMX, AVX512-BF16) and the softmax stays in fp32."""
-    if q.dtype != torch.bfloat16 or q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
-    weights = attention_probabilities(q, k, causal_mask(q, k) if causal and mask is None else mask)
-    return weights.to(v.dtype) @ v  # (B, H, T, Kv)
-
-
-def causal_mask(q: Tensor, k: Tensor) -> Tensor:
-    """(T, S) True on and below the diagonal: each query position sees itself and the keys before it."""
-    return torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-
-
-def attend_few(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V written out, for the few query positions of incremental
-    decoding: q (B, H, T, K), k (B, H, S, K), v (B, H, S, Kv), mask (B, 1, 1, S) True where allowed.
-    On CPUs this beats the fused kernel at these small shapes, and computes the same."""
-    return attention_probabilities(q, k, mask).to(v.dtype) @ v  # (B, H, T, Kv)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -256,52 +138,6 @@ class DecoderLayer(nn.Module):
 
 
 @dataclass
-class LayerCache:
-    """One decoder layer's keys and values: self-attention (B, H, length, K) per hypothesis,
-    encoder-decoder attention (B / group, H, S, K) per source sentence.
-
-    Beam search's reorder of the self-attention cache waits for the next append, which copies
-    the rows kept and the new position into one fresh tensor: one copy of the cache per step,
-    where reordering (index_select) and then appending (cat) would make two."""
-
-    self_k: Optional[Tensor] = None  # (B_prev, H, length, K): rows before `pending` applies
-    self_v: Optional[Tensor] = None  # (B_prev, H, length, Kv)
-    cross_k: Optional[Tensor] = None
-    cross_v: Optional[Tensor] = None
-    group: int = 1  # hypotheses per source sentence (beam size)
-    pending: Optional[Tensor] = None  # (B,) rows of self_k and self_v that the hypotheses extend
-
-    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-        """Add T positions, k (B, H, T, K) and v (B, H, T, Kv); returns every position so far,
-        (B, H, length + T, K) and (B, H, length + T, Kv)."""
-        if self.self_k is None:
-            self.self_k, self.self_v = k, v
-        else:
-            self.self_k, self.self_v = (self._extended(old, new) for old, new in ((self.self_k, k), (self.self_v, v)))
-        self.pending = None
-        return self.self_k, self.self_v
-
-    def _extended(self, old: Tensor, new: Tensor) -> Tensor:
-        length = old.size(2)
-        out = new.new_empty((new.size(0), new.size(1), length + new.size(2), new.size(3)))  # (B, H, length + T, W)
-        if self.pending is None:
-            out[:, :, :length] = old
-        else:
-            torch.index_select(old, 0, self.pending, out=out[:, :, :length])
-        out[:, :, length:] = new
-        return out
-
-    def reorder(self, index: Tensor, cross: Callable[[Optional[Tensor]], Optional[Tensor]], group: int) -> "LayerCache":
-        """The hypotheses `index` (B',) of these; cross() picks the per-sentence rows of the
-        encoder-decoder cache. The self-attention rows move at the next append."""
-        if self.self_k is None:  # nothing cached yet: nothing to move
-            pending = None
-        else:  # rows of rows, when no step came between two reorders
-            pending = index if self.pending is None else self.pending.index_select(0, index)
-        return LayerCache(self.self_k, self.self_v, cross(self.cross_k), cross(self.cross_v), group, pending)
-
-
-@dataclass
 class DecoderState:
     """Everything incremental decoding carries from one step to the next."""
 
@@ -328,15 +164,6 @@ class DecoderState:
         per_sentence = (lambda t: t) if sentences is None else (lambda t: pick(t, sentences))  # noqa: E731
         layers = [c.reorder(index, per_sentence, group) for c in self.layers]
         return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, group)
-
-
-@dataclass
-class AttentionMaps:
-    """Every layer's attention probabilities for one teacher-forced pass, first layer first."""
-
-    encoder: List[Tensor] = field(default_factory=list)  # encoder self-attention, (B, H, S, S) each
-    decoder: List[Tensor] = field(default_factory=list)  # decoder (masked) self-attention, (B, H, T, T)
-    cross: List[Tensor] = field(default_factory=list)  # encoder-decoder attention, (B, H, T, S)
 
 
 class Transformer(nn.Module):
@@ -391,7 +218,7 @@ class Transformer(nn.Module):
             x = layer(x, src_mask)
         return self.final_norm(x, self.encoder_norm if self.cfg.norm == Norm.pre else None), src_mask
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def decoder_states(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """Teacher forcing: (B, T) target input -> (B, T, D) final decoder states."""
         x = self.embed(tgt_in)
         for layer in self.decoder_layers:
@@ -417,33 +244,10 @@ class Transformer(nn.Module):
         (Batch.real_targets), logits (N, V) at those positions only (training: padding costs no
         vocabulary projection; unlike a boolean mask, positions do not make a GPU wait to learn N)."""
         memory, src_mask = self.encode(src)
-        hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
+        hidden = self.decoder_states(tgt_in, memory, src_mask)  # (B, T, D)
         if select is None:
             return self.logits(hidden)
         return self.logits(hidden.flatten(0, 1).index_select(0, select))  # (N, V)
-
-    @torch.no_grad()
-    def attention(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
-        """The attention probabilities of encode() and decode() on (B, S), (B, T): forward hooks,
-        there only for this call, give each MultiHeadAttention's own inputs to its
-        probabilities(), so that the passes themselves run unchanged."""
-        maps = AttentionMaps()
-        stores = [(layer.self_attn, maps.encoder) for layer in self.encoder_layers]
-        stores += [(attn, store) for layer in self.decoder_layers
-                   for attn, store in ((layer.self_attn, maps.decoder), (layer.src_attn, maps.cross))]
-
-        def keep(store: List[Tensor], module: MultiHeadAttention, args: tuple, kwargs: dict, output: Tensor) -> None:
-            inputs = {key: kwargs[key] for key in ("memory", "mask", "causal") if key in kwargs}
-            store.append(module.probabilities(*args, **inputs))
-
-        hooks = [attn.register_forward_hook(partial(keep, store), with_kwargs=True) for attn, store in stores]
-        try:
-            memory, src_mask = self.encode(src)
-            self.decode(tgt_in, memory, src_mask)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return maps
 
     def start_state(self, src: Tensor) -> DecoderState:
         """Encode the source and set up empty caches for step()."""
@@ -453,7 +257,7 @@ class Transformer(nn.Module):
     def step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """One decoding step with cached keys and values: (B,) last tokens -> (B, V) log-probs.
 
-        Updates state in place; equals the last position of decode() on the whole prefix.
+        Updates state in place; equals the last position of decoder_states() on the whole prefix.
         """
         x = self.embed(tokens[:, None], offset=state.length)  # (B, 1, D)
         for layer, cache in zip(self.decoder_layers, state.layers):

@@ -27,6 +27,7 @@ DATA_REPORT = "data_report.json"  # the prepared corpus: pairs kept and dropped,
 TENSORBOARD = "tensorboard"  # train's TensorBoard event files
 DECODE = "decode"  # decode's translations (and the references beside them)
 EXPORT = "export"  # export's folders, one per format
+EXPORT_MARKER = "translate_export.json"  # inside an export: what it was made from; tells ours (safe to replace) from foreign folders
 PLOTS = "plots"  # plot's figures, each with the values it draws beside it
 
 
@@ -55,15 +56,6 @@ def data_report(run_dir: Path) -> Path:
 
 def tensorboard(run_dir: Path) -> Path:
     return Path(run_dir) / TENSORBOARD
-
-
-def checkpoint(cfg: TranslateConfig) -> Path:
-    """decode.checkpoint; else the average when the preset asks for one (checkpoint.average_last),
-    else the last checkpoint that train wrote."""
-    if cfg.decode.checkpoint:
-        return Path(cfg.decode.checkpoint)
-    name = AVERAGE_CHECKPOINT if cfg.checkpoint.average_last > 0 else LAST_CHECKPOINT
-    return Path(cfg.run_dir) / name
 
 
 def decode_output(cfg: TranslateConfig) -> Path:

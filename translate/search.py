@@ -1,17 +1,22 @@
-"""Greedy search, beam search (paper, section 6.1) and sampling over any incremental step function.
+"""Beam search (paper, section 6.1) and sampling over any incremental step function.
 
-The search needs only `step(last_tokens (N,), state) -> log-probs (N, V)` and
+A search needs only `step(last_tokens (N,), state) -> log-probs (N, V)` and
 `state.reorder(index (N',), group) -> state`, so tests can drive it with hand-set probability
-tables and the model drives it with its cached decoder step.
+tables and the model drives it with its cached decoder step. Its settings are decode's
+(DecodeConfig: beam_size, length_penalty, sampling, temperature, top_k, top_p), taken as they
+are, so that an option of the search is read here and nowhere between; every search returns
+each sentence's hypotheses, best first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Protocol, Sequence, Tuple
+from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from translate.config import DecodeConfig
 
 
 class SearchState(Protocol):
@@ -22,6 +27,16 @@ class SearchState(Protocol):
 
 
 StepFunction = Callable[[Tensor, SearchState], Tensor]
+
+
+@dataclass(frozen=True)
+class Symbols:
+    """The ids a search treats apart: outputs start after bos and end at eos; banned ones are
+    never generated (padding, unknown, a second BOS)."""
+
+    bos: int
+    eos: int
+    banned: Tuple[int, ...] = ()
 
 
 @dataclass
@@ -36,18 +51,20 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def search(step: StepFunction, state: SearchState, max_lengths: Sequence[int], settings: DecodeConfig,
+           symbols: Symbols, generator: Optional[torch.Generator] = None) -> List[List[Hypothesis]]:
+    """The search `settings` ask for: sampling (one hypothesis per sentence, from `generator`)
+    or beam search (beam_size of them)."""
+    if settings.sampling:
+        return sample(step, state, max_lengths, settings, symbols, generator)
+    return beam_search(step, state, max_lengths, settings, symbols)
+
+
 @torch.no_grad()
-def beam_search(
-    step: StepFunction,
-    state: SearchState,
-    max_lengths: Sequence[int],
-    beam_size: int,
-    alpha: float,
-    bos: int,
-    eos: int,
-    banned: Sequence[int] = (),
-) -> List[List[Hypothesis]]:
-    """Batched beam search; returns each sentence's finished hypotheses, best first.
+def beam_search(step: StepFunction, state: SearchState, max_lengths: Sequence[int], settings: DecodeConfig,
+                symbols: Symbols) -> List[List[Hypothesis]]:
+    """Batched beam search of settings.beam_size hypotheses with the GNMT length penalty of
+    alpha settings.length_penalty; returns each sentence's finished hypotheses, best first.
 
     `state` holds B sentences (one row each); max_lengths[b] bounds the output length of
     sentence b, EOS included, and EOS is forced when it is reached. As in fairseq, each step
@@ -55,7 +72,8 @@ def beam_search(
     a hypothesis (scored with the length penalty), the best K others live on; a sentence is
     done when K hypotheses have finished (early termination), and its rows leave the batch.
     """
-    K = beam_size
+    K, alpha = settings.beam_size, settings.length_penalty
+    bos, eos, banned = symbols.bos, symbols.eos, symbols.banned
     device = _device_of(state)
     active = torch.arange(len(max_lengths), device=device)  # (B,) sentence of each live row group
     limit = torch.tensor(list(max_lengths), device=device)  # (B,)
@@ -79,7 +97,8 @@ def beam_search(
         is_eos = top_token == eos
         finish = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # (B, K)
         penalty = length_penalty(t + 1, alpha)
-        live = _record_finished(finished, active, history, top_scores, rows, finish, penalty, K)  # (B,)
+        live = _record_finished(finished, active, history, top_scores=top_scores, rows=rows, finish=finish,
+                                penalty=penalty, beam_size=K)  # (B,)
         if not bool(live.any()):
             break
 
@@ -124,6 +143,7 @@ def _record_finished(
     finished: List[List[Hypothesis]],
     active: Tensor,
     history: Tensor,
+    *,
     top_scores: Tensor,
     rows: Tensor,
     finish: Tensor,
@@ -160,20 +180,13 @@ def _survivors(
 
 
 @torch.no_grad()
-def sample(
-    step: StepFunction,
-    state: SearchState,
-    max_lengths: Sequence[int],
-    bos: int,
-    eos: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    banned: Sequence[int] = (),
-    generator: torch.Generator | None = None,
-) -> List[Hypothesis]:
-    """One sampled output per sentence from softmax(logits / temperature), optionally
-    restricted to the top_k tokens and to the smallest set whose probability reaches top_p."""
+def sample(step: StepFunction, state: SearchState, max_lengths: Sequence[int], settings: DecodeConfig,
+           symbols: Symbols, generator: Optional[torch.Generator] = None) -> List[List[Hypothesis]]:
+    """One sampled output per sentence from softmax(logits / settings.temperature), optionally
+    restricted to the settings.top_k tokens and to the smallest set whose probability reaches
+    settings.top_p; each sentence's one hypothesis."""
+    temperature, top_k, top_p = settings.temperature, settings.top_k, settings.top_p
+    bos, eos, banned = symbols.bos, symbols.eos, symbols.banned
     if temperature <= 0:
         raise ValueError(f"temperature ({temperature}) must be positive")
     B = len(max_lengths)
@@ -210,33 +223,8 @@ def sample(
                 outputs[b].append(token)
         if all(finished):
             break
-    return [Hypothesis(tokens, lp, lp) for tokens, lp in zip(outputs, log_prob)]
+    return [[Hypothesis(tokens, lp, lp)] for tokens, lp in zip(outputs, log_prob)]
 
-
-@torch.no_grad()
-def greedy_search(
-    step: StepFunction, state: SearchState, max_lengths: Sequence[int], bos: int, eos: int, banned: Sequence[int] = ()
-) -> List[List[int]]:
-    """The most probable token at each step, until EOS or the length limit (EOS included)."""
-    B = len(max_lengths)
-    last = torch.full((B,), bos, dtype=torch.long, device=_device_of(state))
-    outputs: List[List[int]] = [[] for _ in range(B)]
-    finished = [False] * B
-    for t in range(max(max_lengths)):
-        log_probs = step(last, state).clone()
-        if banned:
-            log_probs[:, list(banned)] = float("-inf")
-        last = log_probs.argmax(dim=-1)
-        for b in range(B):
-            if finished[b]:
-                continue
-            if int(last[b]) == eos or t + 1 >= max_lengths[b]:
-                finished[b] = True
-            else:
-                outputs[b].append(int(last[b]))
-        if all(finished):
-            break
-    return outputs
 
 
 def _device_of(state: SearchState) -> torch.device:

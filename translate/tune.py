@@ -5,7 +5,7 @@ It decodes the dev split once per value of tune.alphas (the beam and output cap 
 and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
 the brevity penalty of each, and records the best in the run record;
 from then on `translate decode` and `translate export` of the run use it, unless the command
-line sets decode.length_penalty (configs/common.yaml reads it through run_record.chosen_length_penalty).
+line sets decode.length_penalty (hydra_cli.with_tuned_length_penalty).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
-from translate import checkpoint
+from translate import averaging
 from translate.config import PAPER_LENGTH_PENALTY, TranslateConfig
 from translate.data.loading import load_corpus
-from translate.decode import Translator
-from translate.score import corpus_bleu
-from translate.training import run_record
+from translate.translator import Translator
+from translate.metrics import corpus_bleu
+from translate import run_record
 
 log = logging.getLogger("translate.tune")
 
@@ -29,7 +29,7 @@ log = logging.getLogger("translate.tune")
 def tune(cfg: TranslateConfig) -> float:
     """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
     (of equal scores, the one nearest the paper's 0.6)."""
-    path = checkpoint.for_decoding(cfg)
+    path = averaging.chosen_checkpoint(cfg)
     translator = Translator.from_checkpoint(path)
     corpus = load_corpus(cfg.data, cfg.data.valid_split)
     sources, references = corpus.pairs()

@@ -111,7 +111,7 @@ def _worker(rank, port, overrides, results, world_size=2):
     import torch.distributed as dist
 
     from translate.data.batching import BatchStream
-    from translate.data.prepare import prepare
+    from translate.data.preparation import prepare
     from translate.hydra_cli import load_config
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import MULTI30K, corpus_with_noise, need
 from translate.data.loading import load_corpus
-from translate.data.prepare import prepare
+from translate.data.preparation import prepare
 
 
 def test_cache_round_trips_and_is_reused(compose):
@@ -17,9 +17,9 @@ def test_cache_round_trips_and_is_reused(compose):
     assert "preparing" in logs[0]
     sources, targets = load_corpus(cfg.data, "validation").pairs()
     assert len(data.train) == len(sources) == 1014
-    decoded = data.vocabulary.decode([data.train.source(i).tolist() for i in range(20)])
+    decoded = data.vocabulary.to_text([data.train.source(i).tolist() for i in range(20)])
     assert decoded == [" ".join(s.split()) for s in sources[:20]]
-    assert data.vocabulary.decode([data.train.target(7).tolist()]) == [" ".join(targets[7].split())]
+    assert data.vocabulary.to_text([data.train.target(7).tolist()]) == [" ".join(targets[7].split())]
     again = prepare(cfg.data, log=logs.append)
     assert "using cached corpus" in logs[-1] and again.folder == data.folder
     assert np.array_equal(np.asarray(again.train.src_tokens), np.asarray(data.train.src_tokens))
@@ -28,7 +28,7 @@ def test_cache_round_trips_and_is_reused(compose):
 def test_interrupted_preparation_leaves_no_trusted_cache(compose, monkeypatch):
     need(MULTI30K)
     cfg = compose("train", "config=tiny", "data.train_split=validation", "data.vocab_size=500")
-    import translate.data.prepare as cache
+    import translate.data.preparation as cache
 
     def explode(*args, **kwargs):
         raise KeyboardInterrupt

@@ -18,10 +18,10 @@ def test_sentencepiece_defaults_get_a_pad_after_their_pieces(default_spm_model):
     assert len(vocabulary) == pieces + 1
     names = vocabulary.piece_names()
     assert names[:3] == ["<unk>", "<s>", "</s>"] and names[-1] == "<pad>" and len(names) == len(vocabulary)
-    ids = vocabulary.encode(["A man is riding a red bicycle."])[0]
+    ids = vocabulary.to_ids(["A man is riding a red bicycle."])[0]
     assert max(ids) < pieces
     # The added id never reaches sentencepiece, which would fail on it.
-    assert vocabulary.decode([ids + [pieces]]) == vocabulary.decode([ids]) == ["A man is riding a red bicycle."]
+    assert vocabulary.to_text([ids + [pieces]]) == vocabulary.to_text([ids]) == ["A man is riding a red bicycle."]
 
 
 def test_custom_layout_maps_control_pieces_only(tmp_path):
@@ -34,7 +34,7 @@ def test_custom_layout_maps_control_pieces_only(tmp_path):
     assert vocabulary.specials == SpecialIds(pad=3, unk=2, bos=pieces, eos=0)
     assert vocabulary.piece_names()[pieces] == "<s_>"  # `<s>` is the model's own piece
     user_piece = vocabulary.processor.piece_to_id("<s>")
-    assert user_piece in vocabulary.encode(["<s> a dog"])[0] and user_piece != vocabulary.specials.bos
+    assert user_piece in vocabulary.to_ids(["<s> a dog"])[0] and user_piece != vocabulary.specials.bos
     assert not vocabulary.processor.is_control(user_piece)
 
 
@@ -60,9 +60,9 @@ def test_vocabulary_round_trips_and_has_fixed_special_ids():
     vocabulary = Vocabulary.train(sentences, vocab_size=120)
     assert vocabulary.specials == OUR_LAYOUT and len(vocabulary) == vocabulary.piece_count  # nothing added
     assert (vocabulary.processor.pad_id(), vocabulary.processor.eos_id()) == (OUR_LAYOUT.pad, OUR_LAYOUT.eos)
-    ids = vocabulary.encode(["A man is riding a bicycle."])
-    assert vocabulary.decode(ids) == ["A man is riding a bicycle."]
-    assert Vocabulary(vocabulary.model_bytes).encode(["red street"]) == vocabulary.encode(["red street"])
+    ids = vocabulary.to_ids(["A man is riding a bicycle."])
+    assert vocabulary.to_text(ids) == ["A man is riding a bicycle."]
+    assert Vocabulary(vocabulary.model_bytes).to_ids(["red street"]) == vocabulary.to_ids(["red street"])
 
 
 def test_vocabulary_sample_is_seeded():

@@ -49,7 +49,7 @@ def _gradient_worker(rank, port, overrides, results):
     from translate.training import distributed
     from translate.hydra_cli import load_config
     from translate.data.batching import collate, token_batches
-    from translate.data.prepare import prepare
+    from translate.data.preparation import prepare
     from translate.model import Transformer
     from translate.training.loss import LabelSmoothedObjective
     from translate.training.update import train_step

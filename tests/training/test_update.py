@@ -12,7 +12,7 @@ import torch
 from tests.conftest import MULTI30K, SMALL, need
 from translate.config import OptimConfig
 from translate.data.batching import collate, token_batches
-from translate.data.prepare import prepare
+from translate.data.preparation import prepare
 from translate.model import Transformer
 from translate.training.loss import LabelSmoothedObjective
 from translate.training.optim import build_optimizer

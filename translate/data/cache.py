@@ -1,6 +1,6 @@
 """The token cache on disk: a corpus's encoded splits as flat token files (memory-mapped on
 load) beside the vocabulary and a report, in a folder named by a fingerprint of everything that
-determines them (data.prepare computes it and builds the folder).
+determines them (data.preparation computes it and builds the folder).
 
 A folder is built under a temporary name and renamed into place when complete (its report,
 written last, marks it so), so an interrupted preparation leaves nothing that a later run

@@ -113,8 +113,8 @@ class TextCorpus(ParallelCorpus):
             src_lines: List[str] = []
             tgt_lines: List[str] = []
             for line_number, (src, tgt) in enumerate(zip(src_file, tgt_file), 1):
-                src_lines.append(decode_line(src, self.src_path, line_number))
-                tgt_lines.append(decode_line(tgt, self.tgt_path, line_number))
+                src_lines.append(text_line(src, self.src_path, line_number))
+                tgt_lines.append(text_line(tgt, self.tgt_path, line_number))
                 if len(src_lines) == size:
                     yield src_lines, tgt_lines
                     src_lines, tgt_lines = [], []
@@ -145,7 +145,7 @@ def _ends_with_newline(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
-def decode_line(raw: bytes, path: Path, line_number: int) -> str:
+def text_line(raw: bytes, path: Path, line_number: int) -> str:
     """One line of a file as text, without its line end (\n or \r\n)."""
     try:
         return raw.decode("utf-8").rstrip("\r\n")
@@ -159,7 +159,7 @@ def read_lines(path: str) -> List[str]:
     if not file.is_file():
         raise TranslateError(f"missing file: {path}")
     with open(file, "rb") as handle:
-        return [decode_line(raw, file, n) for n, raw in enumerate(handle, 1)]
+        return [text_line(raw, file, n) for n, raw in enumerate(handle, 1)]
 
 
 def local_or_hub(local: str, hub: str) -> str:

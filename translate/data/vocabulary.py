@@ -64,11 +64,11 @@ class Vocabulary:
         """Every id's name (the exports' vocabularies): sentencepiece's pieces, then the added symbols."""
         return [self.processor.id_to_piece(i) for i in range(self.piece_count)] + [self.added[i] for i in sorted(self.added)]
 
-    def encode(self, sentences: List[str], threads: int = 2) -> List[List[int]]:
+    def to_ids(self, sentences: List[str], threads: int = 2) -> List[List[int]]:
         """Token ids without BOS/EOS (the batches add them)."""
         return self.processor.encode(sentences, out_type=int, num_threads=threads)
 
-    def decode(self, ids: List[List[int]]) -> List[str]:
+    def to_text(self, ids: List[List[int]]) -> List[str]:
         """Text of each id sequence; added symbols are dropped (sentencepiece does not know them)."""
         return self.processor.decode([[i for i in seq if i < self.piece_count] for seq in ids])
 

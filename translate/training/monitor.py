@@ -14,13 +14,17 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from translate import paths
 from translate.config import TranslateConfig
-from translate.training import distributed, run_record
+from translate import run_record
+from translate.training import distributed
 from translate.training.flops import Accounting
 from translate.training.update import StepStats
+
+if TYPE_CHECKING:
+    from translate.training.validate import Validation
 
 log = logging.getLogger("translate.training.trainer")  # the trainer's lines, whichever module writes them
 
@@ -31,7 +35,7 @@ class Monitor:
     record: what the run record says of the run itself (settings, data, model); previous: the
     training seconds and FLOPs of the runs this one resumes, which the record adds to."""
 
-    def __init__(self, cfg: TranslateConfig, context: distributed.Context, accounting: Accounting,
+    def __init__(self, cfg: TranslateConfig, context: distributed.Context, accounting: Accounting, *,
                  record: Dict[str, Any], previous: Dict[str, float], first_update: int, precision: str):
         self.cfg, self.context, self.accounting = cfg, context, accounting
         self.run_dir = Path(cfg.run_dir)
@@ -75,9 +79,10 @@ class Monitor:
             + (f" ({share:.2%} of the paper's)" if share is not None else "")
         )
 
-    def dev(self, updates: int, metrics: Dict[str, float], hypotheses: List[str],
-            dev: Optional[Tuple[List[str], List[str]]], improved: bool, best: float) -> None:
-        """A validation's metrics (main process): TensorBoard, a few translations, a log line."""
+    def dev(self, updates: int, result: "Validation", dev: Optional[Tuple[List[str], List[str]]], best: float) -> None:
+        """A validation's metrics (main process): TensorBoard, a few translations of the dev
+        sentences `dev`, a log line."""
+        metrics, hypotheses, improved = result.metrics, result.hypotheses, result.improved
         self.last_valid = {"update": updates, **metrics}
         for name, value in metrics.items():
             self.writer.add_scalar(f"dev/{name}", value, updates)

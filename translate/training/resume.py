@@ -40,8 +40,8 @@ def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig)
         )
 
 
-def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, optim: OptimConfig,
-                        optimizer: Adam, schedule: InverseSquareRootSchedule,
+def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, *,
+                        optim: OptimConfig, optimizer: Adam, schedule: InverseSquareRootSchedule,
                         scaler: Optional["torch.amp.GradScaler"]) -> Optional[Dict[str, Any]]:
     """Restore what checkpoint_last.pt at `path` holds into the model, optimizer, schedule and
     scaler; returns the payload (for the process states), or None where there is none yet.

@@ -1,5 +1,7 @@
-"""The `translate train` verb as a recipe: set-up, train, clean-up. Teacher forcing,
-label-smoothed cross-entropy, Adam with the paper's warmup (section 5).
+"""The Trainer: one training run as a recipe (set-up, train, clean-up), built from named parts:
+what an update changes (Learner), what it reads (Feed), the dev metrics (Validator), the log
+and record (Monitor). Teacher forcing, label-smoothed cross-entropy, Adam with the paper's
+warmup (section 5). The `translate train` verb (translate/train.py) runs it.
 
 Knows nothing of Hydra: takes the typed TranslateConfig.
 """
@@ -13,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -23,62 +25,23 @@ from translate import checkpoint, paths
 from translate.config import ModelConfig, Positions, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import PreparedData
-from translate.data.prepare import prepare, write_report
+from translate.data.preparation import prepare, write_report
 from translate.errors import Interrupted, TranslateError
 from translate.model import Transformer
-from translate.training import distributed, resume, run_record
+from translate import run_record
+from translate.training import distributed, resume
 from translate.training.flops import Accounting
-from translate.training.host_memory import keep_compiled_products, keep_freed_memory
+from translate.host_memory import keep_compiled_products, keep_freed_memory
 from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor
 from translate.training.optim import Adam, build_optimizer
-from translate.training.precision import MixedPrecision
-from translate.training.run_lock import RunLock
+from translate.precision import MixedPrecision
 from translate.training.schedule import InverseSquareRootSchedule
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
-from translate.training.validate import Tracker, dev_sentences, evaluate
+from translate.training.validate import Validator
 
 log = logging.getLogger(__name__)
 package_log = logging.getLogger("translate")  # every module's logger is below it
-
-
-def train(cfg: TranslateConfig) -> Path:
-    """Train until train.max_steps updates or train.max_minutes; returns the last checkpoint.
-
-    Under torchrun every process trains its share of each update (DistributedDataParallel);
-    only the main process logs and writes checkpoints, and holds run_dir's lock for the job.
-    """
-    context = distributed.init()
-    # What a run changes in the process comes back afterwards, so that the next job of a
-    # multirun sweep (run one after another in this process) starts clean.
-    threads, level = torch.get_num_threads(), package_log.level
-    lock = RunLock(Path(cfg.run_dir))
-    try:
-        _own(lock, context)
-        trainer = Trainer.setup(cfg, context)
-        try:
-            return trainer.train()
-        finally:
-            trainer.cleanup()
-    finally:
-        lock.release()
-        distributed.shutdown()
-        torch.set_num_threads(threads)
-        package_log.setLevel(level)
-
-
-def _own(lock: RunLock, context: distributed.Context) -> None:
-    """The main process takes run_dir's lock for the whole job; if another training holds it,
-    every process of this job stops with the holder's name, before anything is written."""
-    problem = None
-    if context.is_main:
-        try:
-            lock.acquire()
-        except TranslateError as error:
-            problem = str(error)
-    problem = distributed.from_main(problem, context)
-    if problem:
-        raise TranslateError(problem)
 
 
 def _every(n: int, period: int) -> bool:
@@ -101,8 +64,36 @@ class LoopState:
 
 
 @dataclass(eq=False)
+class Learner:
+    """What each update changes, and how: the model (its settings completed), its label-smoothed
+    loss (the objective, maybe in DistributedDataParallel and compiled), Adam at the schedule's
+    rate, and the mixed precision of the forward pass."""
+
+    model: Transformer
+    model_cfg: ModelConfig  # cfg.model completed: vocabulary size, learned positions' rows
+    objective: nn.Module
+    optimizer: Adam
+    schedule: InverseSquareRootSchedule
+    precision: MixedPrecision
+
+
+@dataclass(eq=False)
+class Feed:
+    """What each update reads: the prepared corpus and this process's batches of it."""
+
+    data: PreparedData
+    batches: BatchStream  # this process's share of every epoch, its position saved for resuming
+    accumulation: int  # micro-batches per process per update
+
+    def next_update(self) -> List[Batch]:
+        """This process's micro-batches of the next update."""
+        specials = self.data.vocabulary.specials
+        return [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
+
+
+@dataclass(eq=False)
 class Trainer:
-    """One training run, built by setup(): the model, its optimizer and data, and the loop.
+    """One training run, built by setup() from its parts, and the loop.
 
     Updates are read one behind: an update's gradient norm and loss sums are read once the
     next update is queued, so the device always has work while the host waits for them. At a
@@ -111,17 +102,9 @@ class Trainer:
 
     cfg: TranslateConfig
     context: distributed.Context
-    data: PreparedData
-    model_cfg: ModelConfig  # cfg.model completed: vocabulary size, learned positions' rows
-    model: Transformer
-    objective: nn.Module  # the model's label-smoothed loss, maybe in DDP and compiled
-    optimizer: Adam
-    schedule: InverseSquareRootSchedule
-    precision: MixedPrecision
-    accumulation: int  # micro-batches per process per update
-    batches: BatchStream
-    tracker: Tracker  # the best dev metric (checkpoint_best.pt, early stopping)
-    dev: Optional[Tuple[List[str], List[str]]]  # dev sentences and references for BLEU
+    learner: Learner
+    feed: Feed
+    validator: Validator  # dev metrics, the best so far (checkpoint_best.pt), early stopping
     state: LoopState
     monitor: Monitor
     stop_signals: resume.StopSignals
@@ -145,8 +128,8 @@ class Trainer:
                                                     context.world_size)
         batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
                               context.rank, context.world_size)
-        tracker = Tracker(cfg.valid.metric)
-        resumed = _start(cfg, model, model_cfg, data, optimizer, schedule, precision)
+        validator = Validator(cfg, data, context)
+        resumed = _start(cfg, data, model, model_cfg, optimizer=optimizer, schedule=schedule, precision=precision)
         # What only the loop needs, in this order: dropout's seed, then the peak measurement
         # (which draws random numbers), then the restored random state of a resumed run.
         torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
@@ -156,20 +139,20 @@ class Trainer:
                  f"{accumulation} accumulation x {context.world_size} processes; {precision.precision} on "
                  f"{context.device}; {torch.get_num_threads()} threads")
         accounting = _accounting(model_cfg, data, context, precision)
-        objective = _objective(model, cfg, context)
+        learner = Learner(model, model_cfg, _objective(model, cfg, context), optimizer, schedule, precision)
         if resumed is not None:
-            resume.restore_process_state(resumed, context, batches, tracker)
-        wants_bleu = context.is_main and cfg.valid.every_steps and cfg.valid.bleu_sentences
-        dev = dev_sentences(cfg) if wants_bleu else None
+            resume.restore_process_state(resumed, context, batches, validator.tracker)
+        validator.load_dev_sentences()
         updates = int(resumed["step"]) if resumed is not None else 0
         previous = run_record.previous_training(run_dir, updates if resumed is not None else None)
         minutes = cfg.train.max_minutes
         state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
                           deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
-        monitor = Monitor(cfg, context, accounting, _record_parts(cfg, data, model, model_cfg), previous, updates,
-                          str(precision.precision))
-        return cls(cfg, context, data, model_cfg, model, objective, optimizer, schedule, precision, accumulation, batches,
-                   tracker, dev, state, monitor, resume.StopSignals())  # the monitor and signals: closed by cleanup()
+        monitor = Monitor(cfg, context, accounting, record=_record_parts(cfg, data, model, model_cfg), previous=previous,
+                          first_update=updates, precision=str(precision.precision))
+        # The monitor and the stop signals are closed by cleanup().
+        return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
+                   state=state, monitor=monitor, stop_signals=resume.StopSignals())
 
     @property
     def last_path(self) -> Path:
@@ -183,12 +166,13 @@ class Trainer:
             log.info(f"{self.last_path} already has {state.updates} updates (train.max_steps={cfg.train.max_steps}): "
                      "nothing to do")
             return self.last_path
-        self.model.train()
+        learner = self.learner
+        learner.model.train()
         while state.updates < cfg.train.max_steps and not self.time_is_up():
-            batches = self.next_batches()  # about 25k source and 25k target tokens (5.1)
-            stats = train_step(self.objective, batches, self.context, self.precision.autocast,
-                               self.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
-            grad_norm, lr = apply_update(self.model, self.optimizer, self.schedule, self.precision.scaler,
+            batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
+            stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
+                               learner.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
+            grad_norm, lr = apply_update(learner.model, learner.optimizer, learner.schedule, learner.precision.scaler,
                                          cfg.optim.clip_norm)  # Adam at the schedule's rate (5.3)
             self.queued.append(QueuedUpdate(stats, grad_norm, lr))
             self.settle(keep=1)  # the previous update, while the device works on this one
@@ -197,7 +181,7 @@ class Trainer:
             if _every(state.updates, cfg.train.log_every) or state.updates == cfg.train.max_steps:
                 self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
             # Validate before saving, so that the checkpoint holds this validation's result.
-            if _every(state.updates, cfg.valid.every_steps) and self.data.valid is not None and self.validate():
+            if self.validator.due(state.updates) and self.validate():
                 break  # early stopping: validate() has saved
             if self.save_due():
                 self.save()
@@ -211,11 +195,6 @@ class Trainer:
         """Undo what set-up opened in the process, however the run ended."""
         self.stop_signals.close()
         self.monitor.close()
-
-    def next_batches(self) -> List[Batch]:
-        """This process's micro-batches of the next update."""
-        specials = self.data.vocabulary.specials
-        return [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
 
     def settle(self, keep: int = 0) -> bool:
         """Read the queued updates but the newest `keep`: count each, or count it as dropped.
@@ -266,7 +245,8 @@ class Trainer:
     def weights(self) -> Dict[str, Any]:
         """The checkpoint payload every checkpoint holds: what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
-        return checkpoint.weights(self.model, self.model_cfg, self.data.vocabulary, languages, self.state.updates)
+        return checkpoint.weights(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
+                                  self.state.updates)
 
     def save(self) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
@@ -275,15 +255,15 @@ class Trainer:
         self.settle()  # the weights hold every queued update: count them all
         state, run_dir = self.state, Path(self.cfg.run_dir)
         state.last_saved, state.saved_at = time.monotonic(), state.updates
-        states = resume.gather_process_states(self.context, self.batches)
+        states = resume.gather_process_states(self.context, self.feed.batches)
         if not self.context.is_main:
             return
-        weights = self.weights()
-        payload = {**weights, "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
-                   "config": to_plain(self.cfg), "processes": states, "valid": self.tracker.state_dict(),
+        weights, learner = self.weights(), self.learner
+        payload = {**weights, "optimizer": learner.optimizer.state_dict(), "scheduler": learner.schedule.state_dict(),
+                   "config": to_plain(self.cfg), "processes": states, "valid": self.validator.tracker.state_dict(),
                    "skipped_updates": state.skipped}
-        if self.precision.scaler is not None:
-            payload["scaler"] = self.precision.scaler.state_dict()
+        if learner.precision.scaler is not None:
+            payload["scaler"] = learner.precision.scaler.state_dict()
         checkpoint.save(self.last_path, payload)
         checkpoint.save(paths.numbered_checkpoint(run_dir, state.updates), weights)  # for averaging
         checkpoint.prune(run_dir, self.cfg.checkpoint.keep_last)
@@ -293,22 +273,17 @@ class Trainer:
         """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
         whether to stop (valid.patience, train.target_bleu), agreed by all processes. Saves
         before stopping."""
-        cfg, why = self.cfg, None
+        why, updates = None, self.state.updates
         if self.context.is_main:
-            metrics, hypotheses = evaluate(self.model, self.data.valid, self.data.vocabulary, self.dev,
-                                           cfg.train.tokens_per_batch, cfg.train.label_smoothing, self.context.device)
-            improved = self.tracker.update(metrics[cfg.valid.metric])
-            self.monitor.dev(self.state.updates, metrics, hypotheses, self.dev, improved, self.tracker.best)
-            if cfg.train.target_bleu is not None and metrics["bleu"] >= cfg.train.target_bleu:
-                self.monitor.reached(self.state.updates, metrics["bleu"], cfg.train.target_bleu)
-                why = f"stopping at update {self.state.updates}: train.target_bleu reached"
-            elif cfg.valid.patience and self.tracker.since_best >= cfg.valid.patience:
-                why = (f"early stopping at update {self.state.updates}: no better {cfg.valid.metric} in "
-                       f"{cfg.valid.patience} validations")
+            result = self.validator.run(self.learner.model, updates)
+            self.monitor.dev(updates, result, self.validator.dev, self.validator.tracker.best)
+            if result.reached:
+                self.monitor.reached(updates, result.metrics["bleu"], self.cfg.train.target_bleu)
             if self.last_path.is_file():
-                self.monitor.record(self.state.updates, self.state.skipped)
-            if improved:
-                checkpoint.save(Path(cfg.run_dir) / paths.BEST_CHECKPOINT, {**self.weights(), "dev": metrics})
+                self.monitor.record(updates, self.state.skipped)
+            if result.improved:
+                checkpoint.save(Path(self.cfg.run_dir) / paths.BEST_CHECKPOINT, {**self.weights(), "dev": result.metrics})
+            why = result.stop
         why = distributed.from_main(why, self.context)
         if why is None:
             return False
@@ -353,13 +328,13 @@ def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
     return replace(cfg.model, vocab_size=len(data.vocabulary), max_positions=rows)
 
 
-def _start(cfg: TranslateConfig, model: nn.Module, model_cfg: ModelConfig, data: PreparedData, optimizer: Adam,
+def _start(cfg: TranslateConfig, data: PreparedData, model: nn.Module, model_cfg: ModelConfig, *, optimizer: Adam,
            schedule: InverseSquareRootSchedule, precision: MixedPrecision) -> Optional[Dict[str, Any]]:
     """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
     weights, if set); returns the resumed payload."""
     last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT
-    resumed = resume.load_training_state(last, model, model_cfg, data.vocabulary, cfg.optim, optimizer, schedule,
-                                         precision.scaler)
+    resumed = resume.load_training_state(last, model, model_cfg, data.vocabulary, optim=cfg.optim, optimizer=optimizer,
+                                         schedule=schedule, scaler=precision.scaler)
     if resumed is not None:
         log.info(f"resuming from {last} at update {int(resumed['step'])}")
     elif cfg.train.init_from:

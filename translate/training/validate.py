@@ -1,7 +1,10 @@
-"""Validation on the dev split during training: loss, and BLEU of a quick greedy decode."""
+"""Validation on the dev split during training: the dev loss, the sacreBLEU of a greedy decode
+by the Translator that decode uses, the best metric so far (Tracker: checkpoint_best.pt) and
+when to stop (valid.patience, train.target_bleu)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -9,9 +12,15 @@ from torch import nn
 
 from translate.config import DecodeConfig, TranslateConfig, ValidMetric
 from translate.data.batching import collate, token_batches
-from translate.data.cache import EncodedSplit
+from translate.data.cache import EncodedSplit, PreparedData
+from translate.data.loading import load_corpus
 from translate.data.vocabulary import SpecialIds, Vocabulary
+from translate.metrics import corpus_bleu
+from translate.training import distributed
 from translate.training.loss import LabelSmoothedObjective
+from translate.translator import Translator
+
+Sentences = Tuple[List[str], List[str]]  # dev sources and their references
 
 
 @torch.no_grad()
@@ -32,9 +41,6 @@ def dev_loss(model: nn.Module, split: EncodedSplit, specials: SpecialIds, tokens
 
 def dev_bleu(model: nn.Module, vocabulary: Vocabulary, sources: List[str], references: List[str]) -> Tuple[float, List[str]]:
     """sacreBLEU of greedy translations of the given dev sentences, and the translations."""
-    from translate.decode import Translator
-    from translate.score import corpus_bleu
-
     was_training = model.training
     model.eval()
     hypotheses = Translator(model, vocabulary).translate(sources, DecodeConfig(beam_size=1))
@@ -67,20 +73,53 @@ class Tracker:
             self.best, self.since_best = state["best"], state["since_best"]
 
 
-def dev_sentences(cfg: TranslateConfig) -> Tuple[List[str], List[str]]:
-    """The first valid.bleu_sentences (source, reference) pairs of the dev split."""
-    from translate.data.loading import load_corpus
+@dataclass
+class Validation:
+    """One validation's outcome."""
 
-    sources, references = load_corpus(cfg.data, cfg.data.valid_split).pairs()
-    return sources[: cfg.valid.bleu_sentences], references[: cfg.valid.bleu_sentences]
+    metrics: Dict[str, float]  # loss, nll, and bleu where dev sentences are translated
+    hypotheses: List[str]  # the dev translations (none without BLEU)
+    improved: bool  # the best valid.metric so far
+    reached: bool  # dev BLEU reached train.target_bleu
+    stop: Optional[str]  # why training stops here (the target reached, valid.patience), or None
 
 
-def evaluate(model: nn.Module, valid: EncodedSplit, vocabulary: Vocabulary, dev: Optional[Tuple[List[str], List[str]]],
-             tokens_per_batch: int, label_smoothing: float, device: torch.device) -> Tuple[Dict[str, float], List[str]]:
-    """The dev metrics (loss, nll, and bleu where `dev` sentences are given) and the dev
-    translations (none without `dev`)."""
-    metrics = dev_loss(model, valid, vocabulary.specials, tokens_per_batch, device, label_smoothing)
-    hypotheses: List[str] = []
-    if dev is not None:
-        metrics["bleu"], hypotheses = dev_bleu(model, vocabulary, *dev)
-    return metrics, hypotheses
+class Validator:
+    """The dev metrics of a run's model every valid.every_steps updates (on the main process):
+    loss and NLL over the dev split, and with valid.bleu_sentences the sacreBLEU of their greedy
+    translation; the best so far; whether to stop."""
+
+    def __init__(self, cfg: TranslateConfig, data: PreparedData, context: distributed.Context):
+        self.cfg, self.data, self.context = cfg, data, context
+        self.tracker = Tracker(cfg.valid.metric)
+        self.dev: Optional[Sentences] = None  # the dev sentences translated for BLEU (load_dev_sentences)
+
+    def load_dev_sentences(self) -> None:
+        """The first valid.bleu_sentences (source, reference) pairs of the dev split, read on the
+        main process where validations translate them."""
+        valid = self.cfg.valid
+        if self.context.is_main and valid.every_steps and valid.bleu_sentences:
+            sources, references = load_corpus(self.cfg.data, self.cfg.data.valid_split).pairs()
+            self.dev = sources[: valid.bleu_sentences], references[: valid.bleu_sentences]
+
+    def due(self, updates: int) -> bool:
+        """Whether a validation follows this update (valid.every_steps, where there is a dev split)."""
+        every = self.cfg.valid.every_steps
+        return bool(every) and updates % every == 0 and self.data.valid is not None
+
+    def run(self, model: nn.Module, updates: int) -> Validation:
+        """Validate the model after `updates` updates."""
+        cfg = self.cfg
+        metrics = dev_loss(model, self.data.valid, self.data.vocabulary.specials, cfg.train.tokens_per_batch,
+                           self.context.device, cfg.train.label_smoothing)
+        hypotheses: List[str] = []
+        if self.dev is not None:
+            metrics["bleu"], hypotheses = dev_bleu(model, self.data.vocabulary, *self.dev)
+        improved = self.tracker.update(metrics[cfg.valid.metric])
+        reached = cfg.train.target_bleu is not None and metrics["bleu"] >= cfg.train.target_bleu
+        stop = None
+        if reached:
+            stop = f"stopping at update {updates}: train.target_bleu reached"
+        elif cfg.valid.patience and self.tracker.since_best >= cfg.valid.patience:
+            stop = f"early stopping at update {updates}: no better {cfg.valid.metric} in {cfg.valid.patience} validations"
+        return Validation(metrics, hypotheses, improved, reached, stop)

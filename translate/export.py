@@ -1,6 +1,6 @@
-"""The `translate export` verb: a checkpoint as a CTranslate2 model (ctranslate2.py) or as a
-Hugging Face transformers model (transformers.py), written into a staging folder and swapped in
-whole, so that a reader never sees half an export.
+"""The `translate export` verb: a checkpoint as a CTranslate2 model (translate.formats.ctranslate2)
+or as a Hugging Face transformers model (translate.formats.transformers), written into a staging
+folder and swapped in whole, so that a reader never sees half an export.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from translate import checkpoint, paths
+from translate import averaging, paths
 from translate.config import ExportFormat, TranslateConfig
 from translate.errors import TranslateError, os_error_in
+from translate.translator import Translator  # the same loading and checks as decode
 
 log = logging.getLogger("translate.export")
-
-MARKER = "translate_export.json"  # tells our own exports (safe to replace) from foreign folders
 
 
 def export(cfg: TranslateConfig) -> Path:
@@ -25,9 +24,7 @@ def export(cfg: TranslateConfig) -> Path:
     output = paths.export_dir(cfg)
     if output.exists() and not _replaceable(output):
         raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
-    from translate.decode import Translator  # the same loading and checks as decode
-
-    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else checkpoint.for_decoding(cfg)
+    source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else averaging.chosen_checkpoint(cfg)
     translator = Translator.from_checkpoint(source)
     problem = paths.usable_folder(output.parent)
     if problem:
@@ -37,17 +34,17 @@ def export(cfg: TranslateConfig) -> Path:
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
     try:
         if cfg.export.format == ExportFormat.transformers:
-            from translate.export.transformers import write_transformers
+            from translate.formats.transformers import write_transformers
 
             write_transformers(translator, staging, cfg.decode, run_dir=source.parent)
         else:
-            from translate.export.ctranslate2 import write_ctranslate2
+            from translate.formats.ctranslate2 import write_ctranslate2
 
             write_ctranslate2(translator, staging, cfg.decode)
         marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
                   "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
                   "max_source_length": cfg.decode.max_source_length}
-        (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        (staging / paths.EXPORT_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
@@ -62,7 +59,7 @@ def export(cfg: TranslateConfig) -> Path:
 
 def _replaceable(folder: Path) -> bool:
     """An empty folder or one of our own previous exports."""
-    return folder.is_dir() and (not any(folder.iterdir()) or (folder / MARKER).is_file())
+    return folder.is_dir() and (not any(folder.iterdir()) or (folder / paths.EXPORT_MARKER).is_file())
 
 
 def _swap_in(staging: Path, output: Path) -> None:

@@ -16,13 +16,13 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from translate.training import run_record
+from translate import run_record
 from translate.config import DecodeConfig, ModelConfig
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError
-from translate.export.model_card import model_card
+from translate.formats.model_card import model_card
 
-INPUT_TOKENS = 512  # the tokenizer's model_max_length: longest source, EOS included
+LONGEST_SOURCE = 511  # source tokens (EOS aside) the export serves: the tokenizer's model_max_length is one more
 EXTRA = "transformers"  # the optional dependency group that brings transformers and safetensors
 
 
@@ -70,10 +70,9 @@ def marian_state_dict(state: Dict[str, Tensor], cfg: ModelConfig) -> Dict[str, T
     return {name: tensor.float().contiguous() for name, tensor in out.items()}
 
 
-def output_limit(decode: DecodeConfig) -> int:
-    """Generated tokens for the longest input (INPUT_TOKENS, EOS included), EOS included: decode's
-    output cap for it, and EOS."""
-    return decode.output_cap(INPUT_TOKENS - 1) + 1
+def longest_output(decode: DecodeConfig) -> int:
+    """Generated tokens for the longest source (LONGEST_SOURCE), EOS included: decode's output limit."""
+    return decode.output_limit(LONGEST_SOURCE)
 
 
 def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig):
@@ -87,7 +86,7 @@ def marian_config(cfg: ModelConfig, vocabulary: Vocabulary, decode: DecodeConfig
         decoder_ffn_dim=cfg.d_ff, activation_function="relu", scale_embedding=True, dropout=cfg.dropout,
         attention_dropout=0.0, activation_dropout=0.0, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
         # Positions of the longest input and of the decoder start plus the longest output.
-        max_position_embeddings=max(INPUT_TOKENS, output_limit(decode) + 1),
+        max_position_embeddings=max(LONGEST_SOURCE + 1, longest_output(decode) + 1),
         pad_token_id=specials.pad, eos_token_id=specials.eos, bos_token_id=specials.bos,
         decoder_start_token_id=specials.bos,  # ours starts from BOS, Marian's default from pad
         forced_eos_token_id=None,  # set in generation_config: save_pretrained (4.57) would move it there, warning
@@ -101,7 +100,7 @@ def generation_config(vocabulary: Vocabulary, decode: DecodeConfig):
 
     specials = vocabulary.specials
     return GenerationConfig(
-        num_beams=decode.beam_size, length_penalty=decode.length_penalty, max_length=output_limit(decode) + 1,
+        num_beams=decode.beam_size, length_penalty=decode.length_penalty, max_length=longest_output(decode) + 1,
         early_stopping=True, decoder_start_token_id=specials.bos, bos_token_id=specials.bos, eos_token_id=specials.eos,
         pad_token_id=specials.pad, forced_eos_token_id=specials.eos,  # at the length limit EOS is forced, as in our search
         suppress_tokens=sorted(vocabulary.never_generated),  # pad, a second BOS, unk: never produced, as ours
@@ -119,7 +118,7 @@ def write_tokenizer(vocabulary: Vocabulary, folder: Path, languages: Optional[Li
     source, target = (languages or [None, None])[:2]
     settings = {"tokenizer_class": "MarianTokenizer", "source_lang": source, "target_lang": target,
                 "unk_token": names[specials.unk], "eos_token": names[specials.eos], "pad_token": names[specials.pad],
-                "model_max_length": INPUT_TOKENS, "separate_vocabs": False, "clean_up_tokenization_spaces": False}
+                "model_max_length": LONGEST_SOURCE + 1, "separate_vocabs": False, "clean_up_tokenization_spaces": False}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
@@ -141,7 +140,7 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: 
     model.save_pretrained(str(folder), safe_serialization=True)
     write_tokenizer(vocabulary, folder, translator.languages)
     card = model_card(run_record.load(run_dir), translator.languages, len(vocabulary),
-                      translator.model.num_parameters(), decode)
+                      translator.model.num_parameters(), decode, longest_source=LONGEST_SOURCE)
     (folder / "README.md").write_text(card, encoding="utf-8")
 
 
@@ -163,7 +162,7 @@ class TransformersTranslator:
         d = settings or DecodeConfig()
         tokenizer = self.tokenizer
         encoded = tokenizer(list(sentences))["input_ids"]  # each ends with EOS
-        limits = [d.output_cap(len(ids) - 1) for ids in encoded]  # tokens before EOS, as ours
+        limits = [d.output_limit(len(ids) - 1) for ids in encoded]  # generated tokens, EOS included, as ours
         order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
         outputs: List[str] = [""] * len(sentences)
         for start in range(0, len(order), batch_size):
@@ -171,9 +170,9 @@ class TransformersTranslator:
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt")
             with torch.inference_mode():
                 generated = self.model.generate(**batch, num_beams=d.beam_size, max_length=None,
-                                                max_new_tokens=max(limits[i] for i in chunk) + 1)  # (B, 1 + generated), decoder start first
+                                                max_new_tokens=max(limits[i] for i in chunk))  # (B, 1 + generated), decoder start first
             for index, row in zip(chunk, generated.tolist()):
-                outputs[index] = tokenizer.decode(row[1 : 1 + limits[index]], skip_special_tokens=True)
+                outputs[index] = tokenizer.decode(row[1 : limits[index]], skip_special_tokens=True)  # before EOS
         return outputs
 
 

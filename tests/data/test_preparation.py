@@ -1,11 +1,11 @@
-"""The prepare verb (translate.data.prepare): the cache's fingerprint, cleaning and its counts,
+"""The prepare verb (translate.data.preparation): the cache's fingerprint, cleaning and its counts,
 a given sentencepiece model, the data report, and splits that are empty or lack a side."""
 
 import pytest
 
 from tests.conftest import TEXT, corpus_with_noise, need, run_cli, write_pairs
 from translate.data.loading import load_corpus
-from translate.data.prepare import fingerprint, prepare
+from translate.data.preparation import fingerprint, prepare
 from translate.errors import TranslateError
 
 

@@ -1,4 +1,4 @@
-"""`translate table` (translate.compare): runs side by side from their run records, as the
+"""`translate table` (translate.table): runs side by side from their run records, as the
 paper's Table 3."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import statistics
 from pathlib import Path
 
 from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
-from translate import compare
+from translate import table
 from translate.config import TableFormat, TranslateConfig
-from translate.training import run_record
+from translate import run_record
 
 
 def test_a_sweeps_runs_side_by_side(tmp_path):
@@ -58,7 +58,7 @@ def test_runs_that_differ_only_in_their_seed_are_one_row(tmp_path):
     runs = [recorded_run(tmp_path / f"d{dropout}-s{seed}", dropout, seed, *values) for (dropout, seed), values in measured.items()]
     cfg = TranslateConfig()
     cfg.table.runs, cfg.table.format = [str(run) for run in runs], TableFormat.json
-    rows = compare.table(cfg)
+    rows = table.table(cfg)
     assert [(row["model.dropout"], row["train.seed"], row["n"]) for row in rows] == [(0.1, [1, 2, 3], 3), (0.3, [1, 2, 3], 3)]
     for row in rows:
         losses, nlls, bleus = zip(*(values for (dropout, _), values in measured.items() if dropout == row["model.dropout"]))
@@ -67,7 +67,7 @@ def test_runs_that_differ_only_in_their_seed_are_one_row(tmp_path):
             assert row[name] == statistics.mean(values) and row[f"{name}_std"] == statistics.stdev(values)
         assert row["updates"] == 100 and row["updates_std"] == 0 and row["test_bleu"] is None and row["test_bleu_std"] is None
         assert row["run"] == ", ".join(str(tmp_path / f"d{row['model.dropout']}-s{seed}") for seed in (1, 2, 3))
-    lines = compare.markdown(rows).splitlines()
+    lines = table.markdown(rows).splitlines()
     assert lines[0] == ("| run | model.dropout | train.seed | n | params | updates | train_flops | dev_loss | dev_ppl | dev_bleu "
                         "| test_bleu |")
     assert f"| {rows[0]['dev_bleu']:.2f} ± {rows[0]['dev_bleu_std']:.2f} |" in lines[2]
@@ -76,6 +76,6 @@ def test_runs_that_differ_only_in_their_seed_are_one_row(tmp_path):
 def test_seeds_without_a_twin_stay_rows_of_their_own(tmp_path):
     """Seeds that differ along with another setting group nothing: one row per run, as before."""
     runs = [recorded_run(tmp_path / "a", 0.1, 1, 4.0, 3.9, 20.0), recorded_run(tmp_path / "b", 0.3, 2, 4.5, 4.4, 18.0)]
-    rows = compare.rows(runs)
+    rows = table.rows(runs)
     assert [(row["model.dropout"], row["train.seed"]) for row in rows] == [(0.1, 1), (0.3, 2)]
     assert "n" not in rows[0] and "dev_loss_std" not in rows[0]

@@ -1,4 +1,4 @@
-"""The transformers export (translate.export.transformers): MarianMTModel computes what our
+"""The transformers export (translate.formats.transformers): MarianMTModel computes what our
 model computes, on our own vocabulary layout and on sentencepiece's default one (both with
 vocabulary padding)."""
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from tests.conftest import multi30k_test, run_cli, run_dir_of
 from translate.config import DecodeConfig
-from translate.decode import Translator
+from translate.translator import Translator
 
 transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed")
 
@@ -44,9 +44,9 @@ def teacher_forced_difference(checkpoint: Path, folder: Path, count: int) -> Tup
     worst, compared = 0.0, 0
     with torch.no_grad():
         for source, target in zip(sources, targets):
-            src = translator.vocabulary.encode([source])[0] + [specials.eos]
+            src = translator.vocabulary.to_ids([source])[0] + [specials.eos]
             assert tokenizer(source)["input_ids"] == src  # the tokenizer frames sources as we do
-            tgt = translator.vocabulary.encode([target])[0]
+            tgt = translator.vocabulary.to_ids([target])[0]
             tgt_in, tgt_out = torch.tensor([[specials.bos] + tgt]), torch.tensor(tgt + [specials.eos])[:, None]
             ours = F.log_softmax(translator.model(torch.tensor([src]), tgt_in)[0].float(), dim=-1).gather(1, tgt_out)
             logits = marian(input_ids=torch.tensor([src]), decoder_input_ids=tgt_in).logits[0]
@@ -61,9 +61,9 @@ def greedy_before_cap(checkpoint: Path, count: int) -> Tuple[List[str], List[str
     translator = Translator.from_checkpoint(checkpoint)
     sources, _ = multi30k_test(count)
     results = translator.search(sources, DecodeConfig(beam_size=1))
-    ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.encode(sources)))
+    ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.to_ids(sources)))
              if len(hypotheses[0].tokens) < len(ids) + 50]
-    return [sources[i] for i in ended], translator.vocabulary.decode([results[i][0].tokens for i in ended])
+    return [sources[i] for i in ended], translator.vocabulary.to_text([results[i][0].tokens for i in ended])
 
 
 def test_folder_holds_config_weights_tokenizer_and_generation_defaults(foreign_export):
@@ -102,7 +102,7 @@ def test_teacher_forced_log_probs_equal_ours_on_our_layout(trained_run, tmp_path
 def test_greedy_translations_equal_decode(foreign_export, one_thread):
     """Greedy on Multi30k's 1,000 test sentences: of those whose output ends before the length
     cap in ours (at least 500), at least 99% identical in transformers' generate()."""
-    from translate.export.transformers import transformers_translate
+    from translate.formats.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
     sources, ours = greedy_before_cap(checkpoint, 1000)
@@ -115,7 +115,7 @@ def test_greedy_translations_equal_decode(foreign_export, one_thread):
 def test_pipeline_translates_as_decode(foreign_export, one_thread):
     """pipeline("translation") on the folder (transformers 4.x; 5 removed it): greedy equals
     decode.beam_size=1, and its default, the generation config's beam 4, equals generate()'s."""
-    from translate.export.transformers import transformers_translate
+    from translate.formats.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
     sources, ours = greedy_before_cap(checkpoint, 40)

@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import numpy as np
 
 from translate import paths
-from translate.config import DataConfig, TranslateConfig
+from translate.config import DataConfig
 from translate.data.cache import (FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
                                   is_complete, load)
 from translate.data.loading import ParallelCorpus, load_corpus
@@ -80,15 +80,6 @@ def prepare(data: DataConfig, log=print) -> PreparedData:
         log(f"preparing {train.description}: {len(train):,} pairs -> {folder}")
         _build(folder, data, train, valid, log)
     return load(folder)
-
-
-def prepare_verb(cfg: TranslateConfig) -> Path:
-    """`translate prepare`: build (or find) the cache and put its data report in run_dir."""
-    data = prepare(cfg.data, log=logging.getLogger("translate.prepare").info)
-    destination = paths.data_report(Path(cfg.run_dir))
-    write_report(data, destination)
-    print(summary(data.report) + f"\nreport: {destination}  cache: {data.folder}")
-    return destination
 
 
 def write_report(data: PreparedData, destination: Path) -> None:
@@ -207,7 +198,7 @@ def _encode(
         if test_sets is not None:
             overlap["source"] += sum(s.strip() in test_sets[0] for s in src)
             overlap["target"] += sum(t.strip() in test_sets[1] for t in tgt)
-        src_ids, tgt_ids = vocabulary.encode(src), vocabulary.encode(tgt)
+        src_ids, tgt_ids = vocabulary.to_ids(src), vocabulary.to_ids(tgt)
         counts["pairs"] += len(src_ids)
         if clean:
             keep = _clean(src_ids, tgt_ids, data, counts)

@@ -1,4 +1,4 @@
-"""`translate export` (translate.export.verb): a target written aside, then swapped in whole in
+"""`translate export` (translate.export): a target written aside, then swapped in whole in
 place of our own export, never of a foreign folder; where it goes; bad requests in one line."""
 
 from tests.conftest import hook_env, one_line_error, run_cli, run_dir_of

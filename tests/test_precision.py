@@ -1,4 +1,4 @@
-"""Mixed precision (translate.training.precision): bf16 and fp16 training on the CPU."""
+"""Mixed precision (translate.precision): bf16 and fp16 training on the CPU."""
 
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ def test_reduced_precision_runs_on_cpu(tmp_path, precision):
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
-    from translate.training import precision
+    from translate import precision
 
     def cpuinfo(flags):
         monkeypatch.setattr(precision.platform, "system", lambda: "Linux")
@@ -39,7 +39,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_picks_bf16_on_cpus_that_have_it(monkeypatch, native):
     from translate.config import Precision
-    from translate.training import precision
+    from translate import precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda: native)
     chosen = precision.MixedPrecision.on(Precision.auto, torch.device("cpu"))
@@ -55,7 +55,7 @@ def test_bf16_attention_on_cpu_matches_fp32_and_the_fused_kernel(causal):
     mantissa: within 2e-2 of fp32 on unit-scale inputs."""
     import torch.nn.functional as F
 
-    from translate.model import attend
+    from translate.attention import attend
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 4, 7, 16) for _ in range(3))

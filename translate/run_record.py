@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from translate import paths
-from translate.config import PAPER_LENGTH_PENALTY
+from translate.errors import TranslateError
 
 LENGTH_PENALTY = "length_penalty"  # tune's entry: the alpha chosen on the dev split and the scores behind it
 
@@ -34,10 +33,19 @@ def save(run_dir: Path, record: Dict[str, Any]) -> None:
         file.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
+_GIVEN: Optional[List[str]] = None  # the overrides the user gave the CLI (given_overrides)
+
+
+def given_overrides(overrides: List[str]) -> None:
+    """The CLI's note of what the user typed after the verb, before it adds overrides of its own
+    (the job's name, a sweep's folder names) for Hydra."""
+    global _GIVEN
+    _GIVEN = list(overrides)
+
+
 def command_line(verb: str) -> str:
-    """This process's command as a user would type it: `translate VERB OVERRIDES...` (the CLI
-    leaves sys.argv as [translate-VERB, OVERRIDES...] for Hydra)."""
-    overrides = sys.argv[1:] if sys.argv[0].startswith("translate-") else []
+    """This process's command as a user would type it: `translate VERB OVERRIDES...`."""
+    overrides = _GIVEN if _GIVEN is not None else []
     return " ".join(["translate", verb, *map(shlex.quote, overrides)])
 
 
@@ -77,8 +85,24 @@ def record_score(run_dir: Path, report: Dict[str, Any]) -> None:
     save(run_dir, record)
 
 
-def chosen_length_penalty(run_dir: str) -> float:
-    """The alpha `translate tune` chose for run_dir; the paper's 0.6 where it has not (the
-    resolver behind decode.length_penalty's default on the command line, configs/common.yaml)."""
+def chosen_length_penalty(run_dir: Path) -> Optional[float]:
+    """The alpha `translate tune` chose for run_dir, None where it has not (decode then uses
+    the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty)."""
     chosen = load(Path(run_dir)).get(LENGTH_PENALTY, {}).get("alpha")
-    return float(chosen) if isinstance(chosen, (int, float)) else PAPER_LENGTH_PENALTY
+    return float(chosen) if isinstance(chosen, (int, float)) else None
+
+
+def run_dirs(folders: List[str]) -> List[Path]:
+    """The runs of the given folders: a run (it has a run record) stands for itself, a multirun's
+    folder for its jobs (the folders below it with a record); anything else is refused."""
+    runs: List[Path] = []
+    for folder in map(Path, folders):
+        if paths.run_record(folder).is_file():
+            runs.append(folder)
+            continue
+        jobs = sorted(p.parent for p in folder.glob(f"*/{paths.RUN_RECORD}")) if folder.is_dir() else []
+        if not jobs:
+            raise TranslateError(f"{folder} is not a run: it has no {paths.RUN_RECORD} (translate train writes one), "
+                                 "nor has any folder below it")
+        runs.extend(jobs)
+    return runs

@@ -18,7 +18,7 @@ import numpy as np
 from translate.config import DecodeConfig, Norm, Positions
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
-from translate.export.verb import MARKER
+from translate.paths import EXPORT_MARKER
 
 SENTENCEPIECE = "sentencepiece.model"
 POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 cannot grow it as we do
@@ -144,7 +144,7 @@ def ctranslate2_translate(
     pieces = vocabulary.piece_names()
     ids = {piece: i for i, piece in enumerate(pieces)}
     translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads)
-    sources = [[pieces[i] for i in encoded[: d.max_source_length]] for encoded in vocabulary.encode(list(sentences))]
+    sources = [[pieces[i] for i in encoded[: d.max_source_length]] for encoded in vocabulary.to_ids(list(sentences))]
     # One length limit per call, so group sentences of equal limit (EOS aside).
     groups: Dict[int, List[int]] = defaultdict(list)
     for index, tokens in enumerate(sources):
@@ -165,12 +165,12 @@ def ctranslate2_translate(
             suppress_sequences=banned,
         )
         for index, result in zip(indices, results):
-            outputs[index] = vocabulary.decode([[ids[p] for p in result.hypotheses[0]]])[0]
+            outputs[index] = vocabulary.to_text([[ids[p] for p in result.hypotheses[0]]])[0]
     return outputs
 
 
 def exported_vocabulary(model_dir: Path) -> Vocabulary:
     """The sentencepiece model of an export with the special ids its marker records (exports
     from before they were recorded: the default layout)."""
-    marker = json.loads((model_dir / MARKER).read_text(encoding="utf-8")) if (model_dir / MARKER).is_file() else {}
+    marker = json.loads((model_dir / EXPORT_MARKER).read_text(encoding="utf-8")) if (model_dir / EXPORT_MARKER).is_file() else {}
     return Vocabulary((model_dir / SENTENCEPIECE).read_bytes(), SpecialIds.from_dict(marker.get("specials")))

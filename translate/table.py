@@ -16,8 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from translate import paths
-from translate.training import run_record
+from translate import run_record
 from translate.config import TableFormat, TranslateConfig
 from translate.errors import TranslateError
 
@@ -29,22 +28,6 @@ READERS = ("table.", "plot.", "tune.")
 SEED = "train.seed"
 # What a run measured: over the seeds of one row, a mean and a standard deviation each.
 MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates")
-
-
-def run_dirs(folders: List[str]) -> List[Path]:
-    """The runs of the given folders: a run (it has a run record) stands for itself, a multirun's
-    folder for its jobs (the folders below it with a record); anything else is refused."""
-    runs: List[Path] = []
-    for folder in map(Path, folders):
-        if paths.run_record(folder).is_file():
-            runs.append(folder)
-            continue
-        jobs = sorted(p.parent for p in folder.glob(f"*/{paths.RUN_RECORD}")) if folder.is_dir() else []
-        if not jobs:
-            raise TranslateError(f"{folder} is not a run: it has no {paths.RUN_RECORD} (translate train writes one), "
-                                 "nor has any folder below it")
-        runs.extend(jobs)
-    return runs
 
 
 def _leaves(tree: Dict[str, Any], prefix: str = "") -> Iterator[tuple]:
@@ -138,6 +121,6 @@ def table(cfg: TranslateConfig) -> List[Dict[str, Any]]:
     """Print table.runs side by side (markdown, or json with table.format=json); returns the rows."""
     if not cfg.table.runs:
         raise TranslateError("no runs to show: table.runs=[DIR1,DIR2,...] (a multirun's folder stands for its jobs)")
-    rows_ = rows(run_dirs(cfg.table.runs))
+    rows_ = rows(run_record.run_dirs(cfg.table.runs))
     print(json.dumps(rows_) if cfg.table.format == TableFormat.json else markdown(rows_))
     return rows_

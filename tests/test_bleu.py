@@ -11,7 +11,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from tests.conftest import TEXT, need, one_line_error, run, run_cli
 from translate.errors import TranslateError
-from translate.score import corpus_bleu, corpus_chrf, split_compounds, tokenized_bleu, variant
+from translate.bleu import variant
+from translate.metrics import corpus_bleu, corpus_chrf, split_compounds, tokenized_bleu
 
 PERL_SPLIT = r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"
 AT = " ##AT##-##AT## "
@@ -123,7 +124,7 @@ def test_variant_labels():
 
 
 def test_labels_compare_only_on_newstest2014():
-    from translate.score import labels
+    from translate.bleu import labels
 
     assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 3003)["tokenized_bleu"]
     assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 2737)["tokenized_bleu"]
@@ -176,7 +177,7 @@ def test_json_report_with_bootstrap(tmp_path):
 
 def test_bootstrap_of_close_and_identical_systems():
     need(TEXT)
-    from translate.score import paired_bootstrap
+    from translate.metrics import paired_bootstrap
 
     refs = (TEXT / "newstest2013.de").read_text(encoding="utf-8").splitlines()[:500]
     five, four = drop_words(refs, 5), drop_words(refs, 4)
@@ -222,7 +223,7 @@ def test_mismatched_baseline_and_bad_format(tmp_path):
     ("Wait...", "Wait ..."),
 ])
 def test_the_last_word_is_split_as_tokenizer_perl_does(line, moses):
-    from translate.score import moses_tokenize
+    from translate.metrics import moses_tokenize
 
     assert moses_tokenize([line], "en") == [moses]
 
@@ -232,7 +233,7 @@ def test_only_final_periods_differ_from_sacremoses_on_newstest2014():
     whole of newstest2014 (8 German, 15 English, 6 French), each by its final period alone."""
     from sacremoses import MosesTokenizer
 
-    from translate.score import moses_tokenize
+    from translate.metrics import moses_tokenize
 
     for name, lang, expected in (("en-de.de", "de", 8), ("en-de.en", "en", 15), ("en-fr.fr", "fr", 6)):
         lines = (need(TEXT / f"newstest2014-full.{name}")).read_text(encoding="utf-8").splitlines()

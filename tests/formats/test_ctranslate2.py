@@ -1,4 +1,4 @@
-"""The CTranslate2 export (translate.export.ctranslate2): the model computes what ours does,
+"""The CTranslate2 export (translate.formats.ctranslate2): the model computes what ours does,
 token by token and sentence by sentence, on our vocabulary layout and on sentencepiece's."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from tests.conftest import multi30k_test, run_cli, run_dir_of
 from translate.config import DecodeConfig
-from translate.decode import Translator
+from translate.translator import Translator
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
     checkpoint, folder = exported
     translator = Translator.from_checkpoint(checkpoint)
     sources, targets = multi30k_test(50)
-    src_ids, tgt_ids = translator.vocabulary.encode(sources), translator.vocabulary.encode(targets)
+    src_ids, tgt_ids = translator.vocabulary.to_ids(sources), translator.vocabulary.to_ids(targets)
     piece = translator.vocabulary.processor.id_to_piece
     BOS, EOS = translator.vocabulary.specials.bos, translator.vocabulary.specials.eos
     results = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1).score_batch(
@@ -65,7 +65,7 @@ def test_scores_equal_our_teacher_forced_log_probs(exported):
 def test_greedy_translations_equal_decode(exported):
     """200 real sentences, greedy. The 30-step model mostly runs to the length cap, whose
     limit both sides share, so capped outputs are compared too (the longest agreements)."""
-    from translate.export.ctranslate2 import ctranslate2_translate
+    from translate.formats.ctranslate2 import ctranslate2_translate
 
     checkpoint, folder = exported
     translator = Translator.from_checkpoint(checkpoint)
@@ -80,7 +80,7 @@ def test_a_sentencepiece_default_layout_trains_decodes_averages_and_exports(fore
     """sentencepiece's defaults (unk 0, bos 1, eos 2, no pad): prepared, trained (foreign_run),
     decoded with the average of its last checkpoints, and exported to CTranslate2, which
     translates as we do (the added pad id never reaches sentencepiece)."""
-    from translate.export.ctranslate2 import ctranslate2_translate
+    from translate.formats.ctranslate2 import ctranslate2_translate
 
     sources, _ = multi30k_test(100)
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")

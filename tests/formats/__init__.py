@@ -1,0 +1,1 @@
+"""Tests of translate.formats: the targets of `translate export`."""

@@ -1,0 +1,88 @@
+"""Checkpoint averaging (paper, section 6.1: "averaging the last 5 checkpoints, which were
+written at 10-minute intervals", 20 for big), and the one choice of the checkpoint that the
+verbs which translate use: the one given, else the average where the preset asks for one,
+rebuilt when stale, else the last.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List
+
+import torch
+
+from translate import checkpoint, paths
+from translate.config import TranslateConfig
+from translate.data.vocabulary import SpecialIds
+from translate.errors import MissingCheckpoint, TranslateError
+
+log = logging.getLogger(__name__)
+
+
+def average(sources: List[Path]) -> Dict[str, Any]:
+    """Element-wise mean of the weights of checkpoints of one model (paper, section 6.1)."""
+    if not sources:
+        raise TranslateError("no checkpoints to average")
+    payloads = [checkpoint.load(path) for path in sources]
+    first, first_cfg = payloads[0], checkpoint.model_config(payloads[0], sources[0])
+    checkpoint.check_weights(sources[0], first["model"], first_cfg)
+    for path, payload in zip(sources[1:], payloads[1:]):
+        checkpoint.check_same_model(path, payload, first_cfg, first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
+                         f"it cannot be averaged with {sources[0]}")
+        checkpoint.check_weights(path, payload["model"], first_cfg)
+    mean = {}
+    for name, tensor in first["model"].items():
+        stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
+        mean[name] = stacked.mean(dim=0).to(tensor.dtype)
+    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages") if key in first}
+    result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
+    return result
+
+
+def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
+    """Write run_dir/checkpoint_average.pt from the newest `count` numbered checkpoints. A
+    training in run_dir may delete the oldest of them meanwhile (checkpoint.keep_last): then
+    they are listed again."""
+    for attempt in range(tries):
+        sources = paths.numbered_checkpoints(run_dir)[-count:]
+        if not sources:
+            raise TranslateError(f"no numbered checkpoints (checkpoint_<update>.pt) in {run_dir} to average")
+        try:
+            averaged = average(sources)
+            break
+        except MissingCheckpoint:
+            if attempt == tries - 1:
+                raise
+    destination = run_dir / paths.AVERAGE_CHECKPOINT
+    checkpoint.save(destination, averaged)
+    log.info(f"wrote {destination}: the mean of {len(sources)} checkpoints ({sources[0].name} .. {sources[-1].name})")
+    return destination
+
+
+def _modified(path: Path) -> float:
+    """A file's modification time; +inf for one a training has just deleted (so: rebuild)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
+
+def chosen_checkpoint(cfg: TranslateConfig) -> Path:
+    """The checkpoint decode (and tune, plot, export) uses: decode.checkpoint; else, where the
+    preset averages (checkpoint.average_last), the average of run_dir's last numbered
+    checkpoints, (re)built first when they are newer than it, so that train, decode, bleu need
+    no extra step; else (or with nothing to average) the last checkpoint train wrote."""
+    if cfg.decode.checkpoint:
+        return Path(cfg.decode.checkpoint)
+    run_dir = Path(cfg.run_dir)
+    last, path = run_dir / paths.LAST_CHECKPOINT, run_dir / paths.AVERAGE_CHECKPOINT
+    if cfg.checkpoint.average_last < 1:
+        return last
+    sources = paths.numbered_checkpoints(run_dir)
+    if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
+        return last
+    stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))
+    if stale and sources:
+        average_last(run_dir, cfg.checkpoint.average_last)
+    return path

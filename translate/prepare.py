@@ -1,0 +1,21 @@
+"""The `translate prepare` verb: the corpus cleaned, the vocabulary built and the corpus encoded
+into the token cache once (translate.data.preparation; `translate train` does it too when nothing
+is cached), with the data report in run_dir."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from translate import paths
+from translate.config import TranslateConfig
+from translate.data import preparation
+
+
+def prepare(cfg: TranslateConfig) -> Path:
+    """`translate prepare`: build (or find) the cache and put its data report in run_dir."""
+    data = preparation.prepare(cfg.data, log=logging.getLogger("translate.prepare").info)
+    destination = paths.data_report(Path(cfg.run_dir))
+    preparation.write_report(data, destination)
+    print(preparation.summary(data.report) + f"\nreport: {destination}  cache: {data.folder}")
+    return destination

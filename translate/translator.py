@@ -1,0 +1,139 @@
+"""The Translator: a trained model with its vocabulary, translating sentences with the search
+its settings (DecodeConfig) ask for. decode, tune, validation during training, plot and export
+all translate through it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from translate import checkpoint
+from translate.config import DecodeConfig, Positions, Precision
+from translate.data.batching import pad
+from translate.data.vocabulary import Vocabulary
+from translate.errors import TranslateError
+from translate.host_memory import keep_freed_memory
+from translate.model import Transformer
+from translate.precision import resolved
+from translate.search import Hypothesis, Symbols, search
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translator:
+    """A trained model with its vocabulary, ready to translate sentences."""
+
+    model: Transformer
+    vocabulary: Vocabulary
+    languages: Optional[List[str]] = None  # [src_lang, tgt_lang] the model was trained on
+
+    @classmethod
+    def from_checkpoint(cls, path: Path) -> "Translator":
+        keep_freed_memory()  # each step's (hypotheses, V) log-probs reused, not faulted in afresh
+        payload = checkpoint.load(path)
+        model_cfg = checkpoint.model_config(payload, path)
+        vocabulary = checkpoint.vocabulary(payload, path)
+        if len(vocabulary) != model_cfg.vocab_size:
+            raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} ids but the model {model_cfg.vocab_size}")
+        checkpoint.check_weights(path, payload["model"], model_cfg)
+        model = Transformer(model_cfg, pad_id=vocabulary.specials.pad)
+        model.load_state_dict(payload["model"])
+        model.eval()
+        return cls(model, vocabulary, payload.get("languages"))
+
+    def translate(self, sentences: Sequence[str], settings: Optional[DecodeConfig] = None) -> List[str]:
+        """Detokenized best translations, in input order (settings: see search())."""
+        return [self.vocabulary.to_text([hypotheses[0].tokens])[0] for hypotheses in self.search(sentences, settings)]
+
+    @torch.inference_mode()  # lighter than no_grad: no version counters on the cached tensors
+    def search(self, sentences: Sequence[str], settings: Optional[DecodeConfig] = None,
+               first_line: int = 1) -> List[List[Hypothesis]]:
+        """Each sentence's hypotheses, best first, in input order: one entry per sentence, and
+        for an empty (or whitespace-only) one an empty translation.
+
+        settings (default: DecodeConfig's defaults) shape the search: beam search with
+        beam_size and length_penalty, or sampling; sentences are sorted by length and batched
+        so that a batch holds about tokens_per_batch padded source tokens times the beam size;
+        outputs are capped by settings.output_cap. Sources over max_source_length tokens are
+        cut to it (a warning names them, counting lines from first_line).
+        """
+        d = settings or DecodeConfig()
+        limit = self.position_limit
+        # Learned positions serve this many: the source and EOS, the output and BOS.
+        max_source_length = min(d.max_source_length, limit - 1) if limit else d.max_source_length
+        encoded = self.encode_sources(sentences, max_source_length, first_line)
+        lengths = np.array([len(ids) + 1 for ids in encoded])  # + EOS
+        order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch fails early
+        order = order[lengths[order] > 1]  # an empty source needs no search
+        rows = 1 if d.sampling else d.beam_size
+        generator = torch.Generator().manual_seed(d.seed)
+        results: List[List[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in encoded]
+        with self.autocast(d):  # one context: the weights are cast to bf16 once, not at every step
+            self._search_batches(encoded, lengths, order, rows, d, generator=generator, results=results)
+        return results
+
+    @property
+    def position_limit(self) -> Optional[int]:
+        """The positions a learned table serves (sources and outputs alike), None for sinusoids."""
+        return self.model.cfg.max_positions if self.model.cfg.positions == Positions.learned else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def in_bf16(self, d: DecodeConfig) -> bool:
+        """Whether these settings decode in bf16: decode.precision=bf16, or auto where the
+        model's device computes bf16 natively (GPUs; CPUs with AMX or AVX512-BF16)."""
+        return resolved(d.precision, self.device) == Precision.bf16
+
+    def autocast(self, d: DecodeConfig) -> torch.autocast:
+        """bf16 autocast on the model's device where in_bf16; disabled (fp32) elsewhere."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.in_bf16(d))
+
+    def _search_batches(self, encoded: List[List[int]], lengths: np.ndarray, order: np.ndarray, rows: int,
+                        d: DecodeConfig, *, generator: torch.Generator, results: List[List[Hypothesis]]) -> None:
+        """Search the sentences of `order` in batches of about d.tokens_per_batch, longest first,
+        into results."""
+        limit = self.position_limit
+        specials = self.vocabulary.specials
+        symbols = Symbols(specials.bos, specials.eos, tuple(self.vocabulary.never_generated))
+        start = 0
+        while start < len(order):
+            size = max(1, d.tokens_per_batch // (int(lengths[order[start]]) * rows))
+            chunk = order[start : start + size]
+            start += size
+            state = self.model.start_state(self._sources(encoded, chunk))
+            max_lengths = [min(d.output_limit(len(encoded[i])), limit or math.inf) for i in chunk]
+            found = search(self.model.step, state, max_lengths, d, symbols, generator)
+            for index, hypotheses in zip(chunk, found):
+                results[index] = hypotheses
+
+    def _sources(self, encoded: List[List[int]], chunk: np.ndarray) -> torch.Tensor:
+        """(B, S) the chunk's sources, each with EOS, right-padded."""
+        lengths = np.array([len(encoded[i]) for i in chunk], dtype=np.int64)
+        offsets = np.zeros(len(chunk) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.fromiter(itertools.chain.from_iterable(encoded[i] for i in chunk), dtype=np.int64, count=int(offsets[-1]))
+        specials = self.vocabulary.specials
+        return pad(tokens, offsets, np.arange(len(chunk)), specials.pad, suffix=specials.eos)
+
+    def encode_sources(self, sentences: Sequence[str], max_source_length: int, first_line: int = 1) -> List[List[int]]:
+        """Token ids of each sentence, at most max_source_length of them; a warning names the
+        lines cut."""
+        encoded = self.vocabulary.to_ids(list(sentences))
+        cut = [first_line + i for i, ids in enumerate(encoded) if len(ids) > max_source_length]
+        if cut:
+            shown = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")
+            log.warning(f"line{'s' if len(cut) > 1 else ''} {shown}: longer than decode.max_source_length="
+                        f"{max_source_length} tokens, cut to it")
+            encoded = [ids[:max_source_length] for ids in encoded]
+        return encoded
