@@ -242,3 +242,28 @@ def test_only_final_periods_differ_from_sacremoses_on_newstest2014():
         changed = [(a, b) for a, b in zip(plain, ours) if a != b]
         assert len(changed) == expected, name
         assert all(b == a[:-1] + " ." for a, b in changed)
+
+
+def test_the_report_names_the_tokenized_bleu_of_the_data_sets_literature(tmp_path):
+    """Multi30k's papers report lowercased tokenized BLEU, WMT14's the compound-split one: the
+    report carries both, and says which this data set's literature uses."""
+    from translate.bleu import labels
+    from translate.config import LiteratureBleu
+    from translate.metrics import lowercased_tokenized_bleu
+
+    multi30k = labels("en", "de", 1000, LiteratureBleu.lowercased)
+    assert "the Multi30k literature's" in multi30k["lowercased_tokenized_bleu"]
+    assert "not this data's" in multi30k["tokenized_bleu"]
+    assert "not this data's" in labels("en", "de", 3003)["lowercased_tokenized_bleu"]
+    refs = ["Ein Hund läuft über die Wiese.", "Zwei Kinder spielen im Sand."]
+    write(tmp_path / "hyp", ["ein hund läuft über die wiese .", "Zwei Kinder spielen am Strand."])
+    write(tmp_path / "ref", refs)
+    out = run_cli("bleu", "data=multi30k_en_de", f"bleu.hyp={tmp_path / 'hyp'}", f"bleu.ref={tmp_path / 'ref'}",
+                  f"run_dir={tmp_path}", "bleu.format=json", check=True)
+    report = json.loads(out.stdout)
+    assert report["literature"] == "lowercased_tokenized_bleu"
+    expected = lowercased_tokenized_bleu(["ein hund läuft über die wiese .", "Zwei Kinder spielen am Strand."], refs, "de")
+    assert report["scores"]["lowercased_tokenized_bleu"]["value"] == pytest.approx(expected[0].score)
+    text = run_cli("bleu", "data=multi30k_en_de", f"bleu.hyp={tmp_path / 'hyp'}", f"bleu.ref={tmp_path / 'ref'}",
+                   f"run_dir={tmp_path}", check=True).stdout
+    assert "lowercased tokenized BLEU" in text and text.splitlines()[0].startswith("sacreBLEU")

@@ -1,8 +1,9 @@
 """The `translate bleu` verb: a scoring report of translations against references.
 
-sacreBLEU and chrF (with their signatures), the paper's tokenized BLEU (translate.metrics
-computes each), which newstest2014 variant was scored and, against a baseline, sacreBLEU's
-paired bootstrap test.
+sacreBLEU and chrF (with their signatures), the paper's tokenized BLEU, the Multi30k
+literature's lowercased tokenized BLEU (translate.metrics computes each; the data set's
+literature_bleu says which of the two its papers report), which newstest2014 variant was
+scored and, against a baseline, sacreBLEU's paired bootstrap test.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from translate import paths, run_record
-from translate.config import TranslateConfig
+from translate.config import DataConfig, LiteratureBleu, TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError
-from translate.metrics import corpus_bleu, corpus_chrf, paired_bootstrap, tokenized_bleu
+from translate.metrics import corpus_bleu, corpus_chrf, lowercased_tokenized_bleu, paired_bootstrap, tokenized_bleu
 
 _VARIANTS = {
     3003: "newstest2014 full (3,003 lines, sacreBLEU wmt14/full)",
@@ -28,8 +29,14 @@ def variant(lines: int) -> str:
     return _VARIANTS.get(lines, f"{lines:,} lines")
 
 
-def labels(src_lang: str, tgt_lang: str, lines: int = 3003) -> Dict[str, str]:
-    """What each score is comparable to, for this language pair and test set (see PAPER.md)."""
+# The key of the score each LiteratureBleu names in the report.
+LITERATURE_SCORES = {LiteratureBleu.tokenized: "tokenized_bleu", LiteratureBleu.lowercased: "lowercased_tokenized_bleu"}
+
+
+def labels(src_lang: str, tgt_lang: str, lines: int = 3003,
+           literature: LiteratureBleu = LiteratureBleu.tokenized) -> Dict[str, str]:
+    """What each score is comparable to, for this language pair, test set and data set (whose
+    papers report `literature`'s tokenized BLEU; see PAPER.md)."""
     pair = f"{src_lang}-{tgt_lang}"
     split = "compound-split" if tgt_lang == "de" else f"no compound splitting: target '{tgt_lang}' is not German"
     tokenized = f"tokenized BLEU (Moses -l {tgt_lang}, {split}"
@@ -46,13 +53,19 @@ def labels(src_lang: str, tgt_lang: str, lines: int = 3003) -> Dict[str, str]:
     else:
         tokenized += f"; the paper reports no {pair})"
         sacre += f"; the paper reports no {pair})"
+    lowercased = (f"lowercased tokenized BLEU (lowercased, then Moses -l {tgt_lang} as sacremoses, no compound splitting: "
+                  + ("the Multi30k literature's, e.g. Wu et al. 2021's text-only Transformer on test2016)"
+                     if literature == LiteratureBleu.lowercased else "what the Multi30k literature reports; not this data's)"))
+    if literature == LiteratureBleu.lowercased:
+        tokenized = tokenized.split(" (")[0] + f" (Moses -l {tgt_lang}, {split}: the paper's convention, not this data's)"
     return {"sacrebleu": sacre, "chrf": "chrF2 (character n-gram F-score; the paper reports none)",
-            "tokenized_bleu": tokenized}
+            "tokenized_bleu": tokenized, "lowercased_tokenized_bleu": lowercased}
 
 
-def score_files(hyp: Path, ref: Path, baseline: Optional[Path], src_lang: str, tgt_lang: str,
-                samples: int = 1000) -> Dict[str, Any]:
-    """Every score of hyp against ref (and the test against baseline, if any) as one dict."""
+def score_files(hyp: Path, ref: Path, baseline: Optional[Path], data: DataConfig, samples: int = 1000) -> Dict[str, Any]:
+    """Every score of hyp against ref (and the test against baseline, if any) as one dict, for
+    translations into data.tgt_lang."""
+    src_lang, tgt_lang = data.src_lang, data.tgt_lang
     for path, what in ((hyp, "bleu.hyp"), (ref, "bleu.ref"), (baseline, "bleu.baseline")):
         if path is not None and not path.is_file():
             raise TranslateError(f"no file at {path} ({what})")
@@ -63,11 +76,12 @@ def score_files(hyp: Path, ref: Path, baseline: Optional[Path], src_lang: str, t
     base_lines = read_lines(str(baseline)) if baseline is not None else None
     if baseline is not None:
         _check_files(baseline, base_lines, ref, references, "bleu.baseline")
-    label = labels(src_lang, tgt_lang, len(references))
+    label = labels(src_lang, tgt_lang, len(references), data.literature_bleu)
     scores = {}
     for key, (score, signature) in (("sacrebleu", corpus_bleu(hypotheses, references)),
                                     ("chrf", corpus_chrf(hypotheses, references)),
-                                    ("tokenized_bleu", tokenized_bleu(hypotheses, references, tgt_lang))):
+                                    ("tokenized_bleu", tokenized_bleu(hypotheses, references, tgt_lang)),
+                                    ("lowercased_tokenized_bleu", lowercased_tokenized_bleu(hypotheses, references, tgt_lang))):
         scores[key] = {"value": float(score.score), "text": str(score), "signature": str(signature),
                        "label": label[key]}
     return {
@@ -77,6 +91,7 @@ def score_files(hyp: Path, ref: Path, baseline: Optional[Path], src_lang: str, t
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "scores": scores,
+        "literature": LITERATURE_SCORES[data.literature_bleu],  # the score this data set's papers report
         "significance": (paired_bootstrap(base_lines, hypotheses, references, samples)
                          if base_lines is not None else None),
     }
@@ -88,7 +103,8 @@ def format_text(report: Dict[str, Any]) -> str:
     sacre = scores["sacrebleu"]
     lines = [f"sacreBLEU {sacre['value']:.2f} ({hyp}, {report['lines']} lines)  {sacre['text']}  "
              f"signature: {sacre['signature']}", f"    {sacre['label']}"]
-    for name, key in (("chrF", "chrf"), ("tokenized BLEU", "tokenized_bleu")):
+    for name, key in (("chrF", "chrf"), ("tokenized BLEU", "tokenized_bleu"),
+                      ("lowercased tokenized BLEU", "lowercased_tokenized_bleu")):
         score = scores[key]
         lines += [f"{name} {score['value']:.2f}  {score['text']}  signature: {score['signature']}",
                   f"    {score['label']}"]
@@ -122,7 +138,7 @@ def bleu(cfg: TranslateConfig) -> float:
     baseline = Path(settings.baseline) if settings.baseline else None
     if baseline is not None and not baseline.is_file():
         raise TranslateError(f"no baseline translations at {baseline} (bleu.baseline=FILE)")
-    report = score_files(hyp, ref, baseline, cfg.data.src_lang, cfg.data.tgt_lang, settings.bootstrap_samples)
+    report = score_files(hyp, ref, baseline, cfg.data, settings.bootstrap_samples)
     print(json.dumps(report) if settings.format == "json" else format_text(report))
     run_dir = Path(cfg.run_dir).resolve()
     if hyp.resolve().is_relative_to(run_dir):  # the run's own decode: its record keeps the score

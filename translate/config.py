@@ -56,6 +56,13 @@ class Precision(Choice):
     fp16 = "fp16"  # with loss scaling
 
 
+class LiteratureBleu(Choice):
+    """Which tokenized BLEU a data set's literature reports (translate bleu shows both)."""
+
+    tokenized = "tokenized"  # the paper's (WMT14): Moses-tokenized, German compounds split, cased
+    lowercased = "lowercased"  # Multi30k's (e.g. Wu et al. 2021): lowercased, then Moses-tokenized
+
+
 class ValidMetric(Choice):
     loss = "loss"  # lower is better
     bleu = "bleu"  # higher is better; needs valid.bleu_sentences
@@ -169,6 +176,7 @@ class DataConfig:
     max_length: int = 250  # training pairs with a longer side (in tokens) are dropped
     max_length_ratio: float = 0.0  # training pairs whose longer side exceeds this many times the shorter are dropped; 0 keeps all
     cache_dir: str = "cache"  # encoded corpora and vocabularies, keyed by fingerprint
+    literature_bleu: LiteratureBleu = LiteratureBleu.tokenized  # the tokenized BLEU this data set's papers report
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Scores of translations against references, each as its convention defines it: sacreBLEU and
 chrF (with their signatures), the paper's tokenized BLEU (tensor2tensor's get_ende_bleu.sh:
-Moses tokenization, compound splitting for German, multi-bleu) and sacreBLEU's paired
+Moses tokenization, compound splitting for German, multi-bleu), the Multi30k literature's
+lowercased tokenized BLEU (multi-bleu.perl -lc on Moses tokens) and sacreBLEU's paired
 bootstrap test. The `translate bleu` verb reports them; validation and tune use corpus_bleu.
 """
 
@@ -75,6 +76,22 @@ def tokenized_bleu(hypotheses: List[str], references: List[str], lang: str) -> T
     hyps, refs = moses_tokenize(hypotheses, lang), moses_tokenize(references, lang)
     if lang == "de":
         hyps, refs = [split_compounds(h) for h in hyps], [split_compounds(r) for r in refs]
+    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    return metric.corpus_score(hyps, [refs]), metric.get_signature()
+
+
+def lowercased_tokenized_bleu(hypotheses: List[str], references: List[str], lang: str) -> Tuple[Any, Any]:
+    """The Multi30k literature's BLEU (Wu et al. 2021 and the fairseq recipes it follows): both
+    sides lowercased, then Moses-tokenized as sacremoses does (escaping on, no aggressive hyphen
+    splits; this turns Multi30k's raw test2016 references into the 12,103 tokens those papers
+    score against), then BLEU on the tokens as multi-bleu.perl -lc computes it (no smoothing)."""
+    from sacrebleu.metrics import BLEU
+    from sacremoses import MosesTokenizer
+
+    _check_aligned(hypotheses, references)
+    tokenizer = MosesTokenizer(lang=lang)
+    hyps, refs = ([tokenizer.tokenize(line.lower(), escape=True, return_str=True) for line in lines]
+                  for lines in (hypotheses, references))
     metric = BLEU(tokenize="none", smooth_method="none", force=True)
     return metric.corpus_score(hyps, [refs]), metric.get_signature()
 
