@@ -217,8 +217,17 @@ class CheckpointConfig:
 
     every_steps: int = 1000  # updates between numbered checkpoints (one is always written at the end)
     every_minutes: Optional[float] = 10.0  # also write one after this much wall time (minutes); null disables
+    # Also write one at the end of every N-th epoch (a pass over the training data), as fairseq
+    # does; with every_steps=0 and no every_minutes the numbered checkpoints are the epochs'
+    # alone (the end of a run then writes checkpoint_last.pt only): averaging takes the last N epochs.
+    every_epochs: int = 0
     keep_last: int = 5  # numbered checkpoints kept (older ones are deleted); checkpoint_last.pt always stays
     average_last: int = 0  # decode uses the average of the last N numbered checkpoints; 0 uses the last one
+
+    @property
+    def by_epochs_alone(self) -> bool:
+        """Whether the numbered checkpoints are written at the ends of epochs only."""
+        return self.every_epochs > 0 and self.every_steps == 0 and self.every_minutes is None
 
 
 @dataclass

@@ -86,3 +86,31 @@ def test_compiled_model_trains(tmp_path):
     assert result.returncode == 0, result.stderr
     payload = torch.load(tmp_path / "run" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert not any(k.startswith("_orig_mod.") for k in payload["model"])
+
+
+def test_epoch_checkpoints_are_written_at_the_ends_of_epochs(tmp_path, compose):
+    """checkpoint.every_epochs=1 with no other period: a numbered checkpoint after the last
+    update of each epoch (a pass over every training pair), and none at the run's end, so that
+    averaging takes the last epochs (as fairseq's --num-epoch-checkpoints)."""
+    import itertools
+
+    import numpy as np
+
+    from translate.data.batching import token_batches
+    from translate.data.preparation import prepare
+
+    need(MULTI30K)
+    overrides = small_run(tmp_path, "train.max_steps=50", "train.log_every=10", "checkpoint.every_steps=0",
+                          "checkpoint.every_minutes=null", "checkpoint.every_epochs=1", "checkpoint.keep_last=10",
+                          "valid.every_steps=0")
+    result = run_cli("train", *overrides, check=True)
+    split = prepare(compose("train", *overrides).data).train
+    sizes = [len(token_batches(split.src_lengths, split.tgt_lengths, 1500, seed=1, epoch=k)) for k in range(10)]
+    ends = [int(n) for n in np.cumsum(sizes) if n <= 50]  # one batch an update: 21 and 42
+    assert len(ends) >= 2 and 50 not in ends
+    run_dir = tmp_path / "run"
+    assert sorted(p.name for p in run_dir.glob("checkpoint_*.pt")) == sorted(
+        itertools.chain([f"checkpoint_{n}.pt" for n in ends], ["checkpoint_last.pt"]))
+    for epoch, update in enumerate(ends, 1):
+        assert f"epoch {epoch} ended at update {update}: checkpoint saved" in result.stderr
+    assert checkpoint.load(run_dir / "checkpoint_last.pt")["step"] == 50

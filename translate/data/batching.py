@@ -126,6 +126,12 @@ class BatchStream:
         self.position += 1
         return batch
 
+    @property
+    def completed_epochs(self) -> int:
+        """Epochs this stream has served whole: its epoch, and one more once the current one's
+        last batch is out (the next batch starts the next epoch)."""
+        return self.epoch + int(self.position >= len(self._epoch_batches()))
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 

@@ -84,11 +84,19 @@ class Feed:
     data: PreparedData
     batches: BatchStream  # this process's share of every epoch, its position saved for resuming
     accumulation: int  # micro-batches per process per update
+    epochs: int = 0  # epochs this process's stream had served whole after the last update
+    ended_epoch: bool = False  # whether the last update's batches ended an epoch (of this process's stream)
+
+    def __post_init__(self) -> None:
+        self.epochs = self.batches.completed_epochs
 
     def next_update(self) -> List[Batch]:
         """This process's micro-batches of the next update."""
         specials = self.data.vocabulary.specials
-        return [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
+        batches = [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
+        completed = self.batches.completed_epochs
+        self.ended_epoch, self.epochs = completed > self.epochs, completed
+        return batches
 
 
 @dataclass(eq=False)
@@ -168,7 +176,7 @@ class Trainer:
             return self.last_path
         learner = self.learner
         learner.model.train()
-        while state.updates < cfg.train.max_steps and not self.time_is_up():
+        while state.updates < cfg.train.max_steps and not self.between_updates():
             batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
             stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
                                learner.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
@@ -187,7 +195,7 @@ class Trainer:
                 self.save()
         self.settle()
         if state.saved_at != state.updates:  # early stopping, say, has just saved
-            self.save()
+            self.save(numbered=not cfg.checkpoint.by_epochs_alone)  # epochs alone: checkpoint_last.pt
         self.monitor.report(state.updates, self.last_path)
         return self.last_path
 
@@ -248,10 +256,10 @@ class Trainer:
         return checkpoint.weights(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
                                   self.state.updates)
 
-    def save(self) -> None:
+    def save(self, numbered: bool = True) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
-        and data position too) and a numbered copy of the weights (for averaging); numbered
-        ones beyond checkpoint.keep_last are deleted. Then the run record."""
+        and data position too) and, if `numbered`, a numbered copy of the weights (for
+        averaging); numbered ones beyond checkpoint.keep_last are deleted. Then the run record."""
         self.settle()  # the weights hold every queued update: count them all
         state, run_dir = self.state, Path(self.cfg.run_dir)
         state.last_saved, state.saved_at = time.monotonic(), state.updates
@@ -265,8 +273,9 @@ class Trainer:
         if learner.precision.scaler is not None:
             payload["scaler"] = learner.precision.scaler.state_dict()
         checkpoint.save(self.last_path, payload)
-        checkpoint.save(paths.numbered_checkpoint(run_dir, state.updates), weights)  # for averaging
-        checkpoint.prune(run_dir, self.cfg.checkpoint.keep_last)
+        if numbered:
+            checkpoint.save(paths.numbered_checkpoint(run_dir, state.updates), weights)  # for averaging
+            checkpoint.prune(run_dir, self.cfg.checkpoint.keep_last)
         self.monitor.record(state.updates, state.skipped)
 
     def validate(self) -> bool:
@@ -291,17 +300,24 @@ class Trainer:
         log.info(why)
         return True
 
-    def time_is_up(self) -> bool:
-        """True when train.max_minutes is up; a stop signal saves and raises. Agreed by all
-        processes, so that none waits for the others."""
+    def between_updates(self) -> bool:
+        """What every process agrees on between two updates, so that none waits for the others:
+        a stop signal (save, then raise), the end of an epoch on the main process's stream (its
+        checkpoint, checkpoint.every_epochs), train.max_minutes (returns True: stop)."""
         received = self.stop_signals.received
-        seen = [float(received is not None), float(time.monotonic() >= self.state.deadline)]
-        signal_seen, time_up = distributed.all_sum(seen, self.context)
+        main = self.context.is_main  # the main process's stream decides: the shards of an epoch may differ by a batch
+        ended, epochs = (float(self.feed.ended_epoch), float(self.feed.epochs)) if main else (0.0, 0.0)
+        seen = [float(received is not None), float(time.monotonic() >= self.state.deadline), ended, epochs]
+        signal_seen, time_up, epoch_ended, epochs = distributed.all_sum(seen, self.context)
         if signal_seen:
-            self.save()
+            self.save(numbered=not self.cfg.checkpoint.by_epochs_alone)
             stopped = Interrupted if received == signal.SIGINT else TranslateError
             raise stopped(f"stopped by {self.stop_signals.name or 'a stop signal on another process'} at update "
                           f"{self.state.updates}: saved {self.last_path}; run the same command to resume")
+        every = self.cfg.checkpoint.every_epochs
+        if epoch_ended and every and int(epochs) % every == 0 and self.state.saved_at != self.state.updates:
+            self.save()  # the weights after the epoch's last update
+            log.info(f"epoch {int(epochs)} ended at update {self.state.updates}: checkpoint saved")
         if time_up:
             self.settle()
         return bool(time_up)
