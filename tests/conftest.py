@@ -4,10 +4,13 @@ run's folder (`run_dir_of`), check a clear failure (`one_line_error`)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -18,6 +21,18 @@ import pytest
 # spinning waits would take the cores the other's threads need (scripts/bench_contention.py:
 # 0.08x the quiet speed beside a training). Sleeping waits, in this process and its children.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Every test process (each xdist worker) and every command a test runs starts from a home of its
+# own, empty: the caches found there (Hugging Face's, where `datasets` writes a data set's Arrow
+# files the first time it loads it; matplotlib's fonts; torch's) are what this session made, as
+# on a machine that never ran the project, and never what an earlier run or the user left. Set
+# here, before any test imports `datasets`, which reads its cache folder once.
+FRESH_HOME = Path(tempfile.mkdtemp(prefix="translate-tests-home-"))
+atexit.register(shutil.rmtree, FRESH_HOME, ignore_errors=True)
+for _name in ("HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME", "MPLCONFIGDIR",
+              "XDG_CONFIG_HOME"):
+    os.environ.pop(_name, None)  # each would point past the fresh home
+os.environ.update(HOME=str(FRESH_HOME), XDG_CACHE_HOME=str(FRESH_HOME / ".cache"))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -185,3 +185,21 @@ def test_a_full_disk_while_saving_loses_nothing(tmp_path):
     assert f"cannot write {last}: File too large; the previous checkpoint_last.pt is intact" in line
     assert checkpoint.load(last)["step"] == 5
     assert not list((tmp_path / "run").glob(".checkpoint*"))  # no half-written file left behind
+
+
+def test_a_checkpoint_the_disk_cannot_read_is_not_called_damaged(tmp_path, monkeypatch):
+    """An error of the operating system while reading (here EIO) names its cause: the file may
+    be whole, so the line does not call it damaged."""
+    import errno
+    import os
+
+    path = tmp_path / "checkpoint_1.pt"
+    write_model(path, seed=1)
+
+    def unreadable(*args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+
+    monkeypatch.setattr(torch, "load", unreadable)
+    with pytest.raises(TranslateError, match="cannot read the checkpoint") as error:
+        checkpoint.load(path)
+    assert "Input/output error" in str(error.value) and "damaged" not in str(error.value)

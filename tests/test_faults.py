@@ -15,7 +15,7 @@ from typing import Dict
 import pytest
 import torch
 
-from tests.conftest import MULTI30K, SMALL, hook_env, need, one_line_error, run_cli, run_dir_of
+from tests.conftest import FRESH_HOME, MULTI30K, SMALL, hook_env, need, one_line_error, run_cli, run_dir_of
 
 # The small model's data, without the training settings: prepare and the cache tests need no more.
 DATA = [o for o in SMALL if o.startswith(("config=", "data."))]
@@ -35,15 +35,36 @@ def digests(folder: Path) -> Dict[str, str]:
 # --- the file system ---------------------------------------------------------------------------
 
 
+def test_sessions_start_from_an_empty_home():
+    """Every run of the suite runs as on a machine that never ran the project: the Hugging Face
+    cache that `datasets` reads and writes is inside this session's own fresh home."""
+    import datasets.config
+
+    assert Path.home() == FRESH_HOME and Path(datasets.config.HF_DATASETS_CACHE).is_relative_to(FRESH_HOME)
+
+
 def test_prepare_under_a_file_size_limit_keeps_nothing_and_the_next_run_prepares(tmp_path):
     need(MULTI30K)
     cache = tmp_path / "cache"
     args = ["prepare", *DATA, f"data.cache_dir={cache}", f"run_dir={tmp_path}/run"]
+    # datasets' own Arrow cache first (a fresh home has none): the limit then meets our token cache.
+    assert run_cli("prepare", *DATA, f"data.cache_dir={tmp_path}/warm", f"run_dir={tmp_path}/warm").returncode == 0
     result = run_cli(*args, env=hook_env(tmp_path, FILE_SIZE_LIMIT.format(limit=20_000)))
     one_line_error(result, f"cannot build the token cache {cache}/", "File too large", "nothing of it was kept", logs=True)
     assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []  # no staging folder, no cache
     assert run_cli(*args).returncode == 0
     assert len(list(cache.glob("*/report.json"))) == 1
+
+
+def test_a_full_disk_under_datasets_own_cache_names_the_cause_and_the_folder(tmp_path):
+    """On a machine whose datasets cache is empty, `datasets` writes a data set's Arrow files
+    before our token cache: where that write fails, the one line says why and where (it said
+    "An error occurred while generating the dataset" alone)."""
+    need(MULTI30K)
+    empty = tmp_path / "hf-datasets"
+    env = hook_env(tmp_path, FILE_SIZE_LIMIT.format(limit=20_000), HF_DATASETS_CACHE=str(empty))
+    result = run_cli("prepare", *DATA, f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run", env=env)
+    one_line_error(result, "cannot load dataset", "File too large", str(empty), logs=True)
 
 
 @pytest.mark.parametrize("verb, setting", [("train", "run_dir"), ("train", "data.cache_dir"),

@@ -26,7 +26,7 @@ from torch import nn
 from translate import paths
 from translate.config import ModelConfig, from_plain, to_plain
 from translate.data.vocabulary import SpecialIds, Vocabulary
-from translate.errors import MissingCheckpoint, TranslateError
+from translate.errors import MissingCheckpoint, TranslateError, describe, os_error_in
 from translate.model import Transformer
 
 log = logging.getLogger("translate.checkpoint")
@@ -76,6 +76,9 @@ def load(path: Path) -> Dict[str, Any]:
     except IsADirectoryError:
         raise TranslateError(f"{path} is a folder, not a checkpoint") from None
     except Exception as error:  # truncated or damaged: torch's zip reader or the unpickler fails
+        failed = os_error_in(error)
+        if failed is not None:  # not the file's fault: permissions, an I/O error of the disk
+            raise TranslateError(f"cannot read the checkpoint {path}: {describe(failed)}") from None
         raise _damaged(path, error) from None
     if not isinstance(payload, dict) or any(key not in payload for key in REQUIRED):
         raise TranslateError(f"{path} is not a translate checkpoint (needs keys {', '.join(REQUIRED)})")

@@ -54,3 +54,19 @@ def describe(error: OSError) -> str:
     cause = error.strerror or str(error) or type(error).__name__
     names = [str(name) for name in (error.filename, error.filename2) if name]
     return f"{' -> '.join(names)}: {cause}" if names else cause
+
+
+def root_cause(error: BaseException) -> str:
+    """What lies at the bottom of an error's chain (its __cause__ and __context__), as one line:
+    an operating-system error's path and cause (describe), else the innermost error's first
+    line. Libraries wrap the cause in errors of their own ("An error occurred while generating
+    the dataset"): this is what the user can act on."""
+    failed = os_error_in(error)
+    if failed is not None:
+        return describe(failed)
+    seen = set()
+    while id(error) not in seen and (error.__cause__ or error.__context__) is not None:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 from translate.config import DataConfig
-from translate.errors import MissingSplit, TranslateError
+from translate.errors import MissingSplit, TranslateError, os_error_in, root_cause
 from translate.paths import PROJECT_ROOT
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
@@ -218,9 +218,9 @@ def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
         message = str(error).splitlines()[0]
         if "split" in message.lower():
             raise MissingSplit(f"{description} has no split '{split}': {message}") from None
-        raise TranslateError(f"cannot load {description}: {message}") from None
-    except Exception as error:  # network, missing hub id, bad config name: all user-facing
-        raise TranslateError(f"cannot load {description}: {str(error).splitlines()[0]}") from None
+        raise TranslateError(f"cannot load {description}: {_with_cause(error)}") from None
+    except Exception as error:  # network, missing hub id, bad config name, a full disk: all user-facing
+        raise TranslateError(f"cannot load {description}: {_with_cause(error)}") from None
     columns = dataset.column_names
     if "translation" not in columns and not {data.src_lang, data.tgt_lang} <= set(columns):
         raise TranslateError(
@@ -228,3 +228,17 @@ def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
             f"or '{data.src_lang}' and '{data.tgt_lang}'"
         )
     return HubCorpus(dataset, data.src_lang, data.tgt_lang, description=f"{description} split '{split}'")
+
+
+def _with_cause(error: Exception) -> str:
+    """`datasets`' message and, where it wraps another error, the root cause; a cause of the
+    operating system's without a path of its own is placed in datasets' cache folder, where it
+    writes a dataset's Arrow files the first time it loads it."""
+    import datasets
+
+    message = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+    cause = root_cause(error)
+    failed = os_error_in(error)
+    if failed is not None and not failed.filename:
+        cause += f" (writing its Arrow cache in {datasets.config.HF_DATASETS_CACHE})"
+    return message if cause in message else f"{message}: {cause}"
