@@ -39,7 +39,7 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
-from translate.config import Precision
+from translate.choices import Precision
 from translate.data.loading import load_corpus
 from translate.hydra_cli import load_config
 from translate.metrics import corpus_bleu
@@ -226,7 +226,7 @@ def arguments() -> argparse.Namespace:
 def against_plain(translator, settings, sources, references, limit: int) -> None:
     """Our cached decoder against the same search on the plain (uncached) model."""
     n = min(limit, len(sources))
-    encode = translator.vocabulary.encode
+    encode = translator.vocabulary.to_ids
     plain = Translator(PlainModel(translator.model), translator.vocabulary)  # same search, no cache
     subset_ours = measure("ours_subset", lambda s: translator.translate(s, settings), sources[:n], references[:n], tokenizer=encode)
     subset_plain = measure("plain_subset", lambda s: plain.translate(s, settings), sources[:n], references[:n], tokenizer=encode)
@@ -254,7 +254,7 @@ def fairseq_comparable(args) -> bool:
 
 def one_round(round_: int, args, translator, settings, sources, references, ct2_folder) -> None:
     """Ours in-process, CTranslate2 (two ways), our whole process and fairseq-generate's."""
-    encode, d = translator.vocabulary.encode, settings
+    encode, d = translator.vocabulary.to_ids, settings
     ours = measure("ours", lambda s: translator.translate(s, d), sources, references,
                    tokenizer=encode, beam_size=d.beam_size, round=round_)
     if ct2_folder is not None:

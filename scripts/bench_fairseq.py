@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from translate.config import Precision
+from translate.choices import Precision
 from translate.precision import resolved
 
 ROOT = Path(__file__).resolve().parents[1]

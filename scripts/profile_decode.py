@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-from translate.config import Precision
+from translate.choices import Precision
 from translate.data.loading import load_corpus
 from translate.translator import Translator
 from translate.hydra_cli import load_config
@@ -59,12 +59,14 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--top", type=int, default=15, help="operators listed")
+    parser.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     cfg = load_config("decode", [f"config={args.config}", f"decode.checkpoint={args.checkpoint}", "decode.length_penalty=0.6"])
     settings = replace(cfg.decode, precision=Precision(args.precision))
     sources = [s for split in args.splits for s in load_corpus(cfg.data, split).pairs()[0]]
+    sources = sources[: args.limit] if args.limit else sources
     translator = Translator.from_checkpoint(Path(args.checkpoint))
     translator.translate(sources[:64], settings)  # warm-up: first-call allocations and kernel choices
     with profile(activities=[ProfilerActivity.CPU]) as profiler:

@@ -248,7 +248,7 @@ def test_the_report_names_the_tokenized_bleu_of_the_data_sets_literature(tmp_pat
     """Multi30k's papers report lowercased tokenized BLEU, WMT14's the compound-split one: the
     report carries both, and says which this data set's literature uses."""
     from translate.bleu import labels
-    from translate.config import LiteratureBleu
+    from translate.choices import LiteratureBleu
     from translate.metrics import lowercased_tokenized_bleu
 
     multi30k = labels("en", "de", 1000, LiteratureBleu.lowercased)

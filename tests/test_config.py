@@ -145,7 +145,9 @@ def test_plain_values_come_back_as_the_config_with_its_choices():
     checkpoints keep plain strings, and no field has to be converted by hand where they are read."""
     import dataclasses
 
-    from translate.config import Choice, ModelConfig, Norm, Positions, from_plain, to_plain
+    from translate.choices import Choice, Norm, Positions
+
+    from translate.config import ModelConfig, from_plain, to_plain
 
     cfg = ModelConfig(d_model=64, heads=2, positions=Positions.learned, norm=Norm.pre, max_positions=9)
     back = from_plain(ModelConfig, to_plain(cfg))

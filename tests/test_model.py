@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from translate.config import ModelConfig, Norm, Positions
+from translate.choices import Norm, Positions
+
+from translate.config import ModelConfig
 from translate.variants import TABLE_3
 from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
 

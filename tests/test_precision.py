@@ -38,7 +38,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_picks_bf16_on_cpus_that_have_it(monkeypatch, native):
-    from translate.config import Precision
+    from translate.choices import Precision
     from translate import precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda: native)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
 from translate import table
-from translate.config import TableFormat, TranslateConfig
+from translate.choices import TableFormat
+from translate.config import TranslateConfig
 from translate import run_record
 
 

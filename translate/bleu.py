@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from translate import paths, run_record
-from translate.config import DataConfig, LiteratureBleu, TranslateConfig
+from translate.choices import LiteratureBleu
+from translate.config import DataConfig, TranslateConfig
 from translate.data.loading import read_lines
 from translate.errors import TranslateError
 from translate.metrics import corpus_bleu, corpus_chrf, lowercased_tokenized_bleu, paired_bootstrap, tokenized_bleu

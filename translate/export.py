@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from translate import averaging, paths
-from translate.config import ExportFormat, TranslateConfig
+from translate.choices import ExportFormat
+from translate.config import TranslateConfig
 from translate.errors import TranslateError, os_error_in
 from translate.translator import Translator  # the same loading and checks as decode
 

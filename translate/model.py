@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.attention import LayerCache, MultiHeadAttention
-from translate.config import ModelConfig, Norm, Positions
+from translate.choices import Norm, Positions
+from translate.config import ModelConfig
 
 
 class PositionalEncoding(nn.Module):

@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator, List, Optional
 
-from translate.config import PlotKind, TranslateConfig
+from translate.choices import PlotKind
+
+from translate.config import TranslateConfig
 from translate.errors import TranslateError, os_error_in
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ and local datasets

@@ -26,7 +26,8 @@ import torch
 
 from translate import averaging, figures, paths, run_record
 from translate.attention_maps import attention_maps
-from translate.config import PlotConfig, PlotKind, TranslateConfig
+from translate.choices import PlotKind
+from translate.config import PlotConfig, TranslateConfig
 from translate.data.loading import read_lines
 from translate.translator import Translator
 from translate.errors import TranslateError

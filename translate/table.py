@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 from translate import run_record
-from translate.config import TableFormat, TranslateConfig
+from translate.choices import TableFormat
+from translate.config import TranslateConfig
 from translate.errors import TranslateError
 
 # Settings that name where things are, not what was trained: never a column of their own.

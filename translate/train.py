@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NoReturn, Optional
 
 import torch
+import torch.distributed as dist
 
 from translate.config import TranslateConfig
 from translate.errors import TranslateError
 from translate.training import distributed
 from translate.training.run_lock import RunLock
 from translate.training.trainer import Trainer
+from translate.training.watchdog import Watchdog
 
 package_log = logging.getLogger("translate")  # every module's logger is below it
 
@@ -32,18 +35,48 @@ def train(cfg: TranslateConfig) -> Path:
     # multirun sweep (run one after another in this process) starts clean.
     threads, level = torch.get_num_threads(), package_log.level
     lock = RunLock(Path(cfg.run_dir))
+    watchdog = None
+    if context.distributed and cfg.train.stall_timeout > 0:  # the processes watch each other
+        watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
+        watchdog.start()
     try:
         _own(lock, context)
         trainer = Trainer.setup(cfg, context)
         try:
             return trainer.train()
+        except Exception as error:  # named while the stop signals are still caught
+            _raise_named(error, watchdog)
         finally:
+            distributed.doing("ending the run")
             trainer.cleanup()
+    except Exception as error:
+        _raise_named(error, watchdog)
     finally:
+        if watchdog is not None:
+            watchdog.close()
         lock.release()
         distributed.shutdown()
         torch.set_num_threads(threads)
         package_log.setLevel(level)
+
+
+def _raise_named(error: Exception, watchdog: Optional[Watchdog]) -> NoReturn:
+    """Raise a collective that failed (a process of the job died) as the line that names that
+    process, rather than the closed connection the collective saw; any other error as it is."""
+    if isinstance(error, TranslateError) or watchdog is None or not _collective_failure(error):
+        raise error
+    line = watchdog.explain()
+    if line is None:
+        raise error
+    raise TranslateError(line) from error
+
+
+def _collective_failure(error: Exception) -> bool:
+    """Whether an error came from a collective operation between the processes (gloo's and
+    NCCL's errors, and the closed connections of a peer that died)."""
+    text = str(error)
+    return isinstance(error, dist.DistError) or any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL"))
 
 
 def _own(lock: RunLock, context: distributed.Context) -> None:

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from translate import checkpoint
-from translate.config import DecodeConfig, Positions, Precision
+from translate.choices import Positions, Precision
+from translate.config import DecodeConfig
 from translate.data.batching import pad
 from translate.data.vocabulary import Vocabulary
 from translate.errors import TranslateError

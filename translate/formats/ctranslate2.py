@@ -15,7 +15,9 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from translate.config import DecodeConfig, Norm, Positions
+from translate.choices import Norm, Positions
+
+from translate.config import DecodeConfig
 from translate.data.vocabulary import SpecialIds, Vocabulary
 from translate.errors import TranslateError
 from translate.paths import EXPORT_MARKER

@@ -9,14 +9,18 @@ the same command, and who is who comes from submitit's JobEnvironment (SLURM's v
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,6 +109,8 @@ def init(timeout_minutes: float = 30.0) -> Context:
 
 
 _joined = 0  # process groups this process has joined: one per job of a multirun sweep
+_doing = "starting"  # what this process is doing (doing()), for the watchdog
+changed = threading.Event()  # set by doing(): the watchdog's thread waits on it
 _host_group = None  # gloo beside NCCL, for numbers the host holds
 
 
@@ -149,8 +155,39 @@ def any_true(flag: bool, context: Context) -> bool:
     return all_sum([float(flag)], context)[0] > 0
 
 
-def shutdown() -> None:
+def doing(what: str) -> None:
+    """What this process is doing now (the watchdog tells the other processes, which name it if
+    this process stalls): a phase of the loop, cheap to set at each."""
+    global _doing
+    _doing = what
+    changed.set()  # the watchdog's thread tells the others now, not at its next beat
+
+
+def activity() -> str:
+    return _doing
+
+
+def joined() -> int:
+    """Process groups this process has joined so far (a multirun sweep joins one per job)."""
+    return _joined
+
+
+def shutdown(seconds: float = 60.0) -> None:
+    """Leave the process group, waiting at most `seconds`: a peer that has gone may leave the
+    destruction waiting on it, and the process must still end."""
     global _host_group
     _host_group = None
     if dist.is_initialized():
-        dist.destroy_process_group()
+        within(seconds, "leaving the process group", dist.destroy_process_group)
+
+
+def within(seconds: float, what: str, action: Callable[[], None]) -> bool:
+    """Run `action` in a thread of its own for at most `seconds`; past that, say so and go on
+    (the thread, a daemon, does not keep the process from ending). Returns whether it ended."""
+    thread = threading.Thread(target=action, name=f"translate-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        log.warning(f"{what} did not end within {seconds:g} s: going on without it")
+        return False
+    return True

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from translate import paths
-from translate.config import TranslateConfig
+from translate.config import ModelConfig, TranslateConfig, to_plain
+from translate.data.cache import PreparedData
+from translate.model import Transformer
 from translate import run_record
 from translate.training import distributed
 from translate.training.flops import Accounting
@@ -174,3 +176,18 @@ def _summary_writer(folder: Path):
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(str(folder))
+
+
+def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig) -> Dict[str, Any]:
+    """What the run record says of the run itself: its settings, data and model."""
+    report, settings = data.report, cfg.data
+    return {
+        "settings": to_plain(cfg),
+        "data": {"source": settings.path or settings.train, "name": settings.name,
+                 "languages": [settings.src_lang, settings.tgt_lang], "train_pairs": report["train"]["pairs"],
+                 "train_pairs_kept": report["train"]["kept"],
+                 "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
+                 "vocabulary": {"size": report["vocab_size"], "given": settings.spm_model,
+                                "specials": data.vocabulary.specials.as_dict()}},
+        "model": {"parameters": model.num_parameters(), **to_plain(model_cfg)},
+    }

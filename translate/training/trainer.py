@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from translate import checkpoint, paths
-from translate.config import ModelConfig, Positions, TranslateConfig, to_plain
+from translate.choices import Positions
+from translate.config import ModelConfig, TranslateConfig, to_plain
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import PreparedData
 from translate.data.preparation import prepare, write_report
@@ -33,7 +34,7 @@ from translate.training import distributed, resume
 from translate.training.flops import Accounting
 from translate.host_memory import keep_compiled_products, keep_freed_memory
 from translate.training.loss import LabelSmoothedObjective
-from translate.training.monitor import Monitor
+from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.precision import MixedPrecision
 from translate.training.schedule import InverseSquareRootSchedule
@@ -156,7 +157,7 @@ class Trainer:
         minutes = cfg.train.max_minutes
         state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
                           deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
-        monitor = Monitor(cfg, context, accounting, record=_record_parts(cfg, data, model, model_cfg), previous=previous,
+        monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg), previous=previous,
                           first_update=updates, precision=str(precision.precision))
         # The monitor and the stop signals are closed by cleanup().
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
@@ -178,8 +179,10 @@ class Trainer:
         learner.model.train()
         while state.updates < cfg.train.max_steps and not self.between_updates():
             batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
+            distributed.doing(f"update {state.updates + 1}: forward and backward")
             stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
                                learner.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
+            distributed.doing(f"update {state.updates + 1}: the optimizer step")
             grad_norm, lr = apply_update(learner.model, learner.optimizer, learner.schedule, learner.precision.scaler,
                                          cfg.optim.clip_norm)  # Adam at the schedule's rate (5.3)
             self.queued.append(QueuedUpdate(stats, grad_norm, lr))
@@ -200,9 +203,10 @@ class Trainer:
         return self.last_path
 
     def cleanup(self) -> None:
-        """Undo what set-up opened in the process, however the run ended."""
+        """Undo what set-up opened in the process, however the run ended (TensorBoard's writer
+        flushes to disk: at most a minute)."""
         self.stop_signals.close()
-        self.monitor.close()
+        distributed.within(60.0, "closing the log and TensorBoard's writer", self.monitor.close)
 
     def settle(self, keep: int = 0) -> bool:
         """Read the queued updates but the newest `keep`: count each, or count it as dropped.
@@ -262,6 +266,7 @@ class Trainer:
         averaging); numbered ones beyond checkpoint.keep_last are deleted. Then the run record."""
         self.settle()  # the weights hold every queued update: count them all
         state, run_dir = self.state, Path(self.cfg.run_dir)
+        distributed.doing(f"saving the checkpoint of update {state.updates}")
         state.last_saved, state.saved_at = time.monotonic(), state.updates
         states = resume.gather_process_states(self.context, self.feed.batches)
         if not self.context.is_main:
@@ -283,6 +288,8 @@ class Trainer:
         whether to stop (valid.patience, train.target_bleu), agreed by all processes. Saves
         before stopping."""
         why, updates = None, self.state.updates
+        distributed.doing(f"validating after update {updates}" if self.context.is_main
+                          else f"waiting for rank 0's validation after update {updates}")
         if self.context.is_main:
             result = self.validator.run(self.learner.model, updates)
             self.monitor.dev(updates, result, self.validator.dev, self.validator.tracker.best)
@@ -305,6 +312,7 @@ class Trainer:
         a stop signal (save, then raise), the end of an epoch on the main process's stream (its
         checkpoint, checkpoint.every_epochs), train.max_minutes (returns True: stop)."""
         received = self.stop_signals.received
+        distributed.doing(f"agreeing with the others after update {self.state.updates}")
         main = self.context.is_main  # the main process's stream decides: the shards of an epoch may differ by a batch
         ended, epochs = (float(self.feed.ended_epoch), float(self.feed.epochs)) if main else (0.0, 0.0)
         seen = [float(received is not None), float(time.monotonic() >= self.state.deadline), ended, epochs]
@@ -382,18 +390,3 @@ def _objective(model: nn.Module, cfg: TranslateConfig, context: distributed.Cont
         # gradient back to its end). Dynamic: batch shapes vary with the length bucket.
         objective = torch.compile(objective, dynamic=True)
     return objective
-
-
-def _record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig) -> Dict[str, Any]:
-    """What the run record says of the run itself: its settings, data and model."""
-    report, settings = data.report, cfg.data
-    return {
-        "settings": to_plain(cfg),
-        "data": {"source": settings.path or settings.train, "name": settings.name,
-                 "languages": [settings.src_lang, settings.tgt_lang], "train_pairs": report["train"]["pairs"],
-                 "train_pairs_kept": report["train"]["kept"],
-                 "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
-                 "vocabulary": {"size": report["vocab_size"], "given": settings.spm_model,
-                                "specials": data.vocabulary.specials.as_dict()}},
-        "model": {"parameters": model.num_parameters(), **to_plain(model_cfg)},
-    }

@@ -10,7 +10,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from translate.config import DecodeConfig, TranslateConfig, ValidMetric
+from translate.choices import ValidMetric
+
+from translate.config import DecodeConfig, TranslateConfig
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit, PreparedData
 from translate.data.loading import load_corpus

@@ -1,0 +1,116 @@
+"""Processes that watch each other (translate.training.watchdog): a peer that stopped beating is
+named with what it was doing, a peer that ended is not; a rank killed or stopped mid-training
+ends the job within the deadline with one line naming it, and the checkpoints resume; teardown
+has a deadline."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch.distributed as dist
+
+from tests.conftest import MULTI30K, SMALL, hook_env, need, run, torchrun
+from translate import checkpoint
+from translate.training import distributed
+from translate.training.watchdog import Watchdog
+
+
+def beat(store, rank: int, count: int, doing: str, **extra) -> None:
+    store.set(str(rank), json.dumps({"beat": count, "doing": doing, "pid": 4242, "host": "elsewhere", **extra}))
+
+
+def test_a_silent_peer_is_named_with_what_it_was_doing():
+    store = dist.HashStore()
+    watchdog = Watchdog(store, rank=0, world_size=3, timeout=0.3)
+    beat(store, 1, 1, "update 7: forward and backward")
+    beat(store, 2, 1, "update 7: forward and backward")
+    watchdog._listen()
+    assert watchdog.stalled() is None
+    time.sleep(0.2)
+    beat(store, 2, 2, "update 8: the optimizer step")  # rank 2 goes on, rank 1 is silent
+    watchdog._listen()
+    time.sleep(0.15)
+    line = watchdog.stalled()
+    assert line is not None and line.startswith("rank 1 (pid 4242 on elsewhere) stopped answering")
+    assert "while update 7: forward and backward" in line and "train.stall_timeout=0.3" in line
+
+
+def test_a_peer_that_has_ended_is_not_stalled():
+    store = dist.HashStore()
+    watchdog = Watchdog(store, rank=0, world_size=2, timeout=0.2)
+    beat(store, 1, 5, "done", done=True)
+    watchdog._listen()
+    time.sleep(0.3)
+    assert watchdog.stalled() is None
+
+
+def test_a_peer_that_never_beat_is_stalled_after_the_timeout():
+    watchdog = Watchdog(dist.HashStore(), rank=1, world_size=2, timeout=0.1)
+    time.sleep(0.15)
+    assert watchdog.stalled().startswith("rank 0 stopped answering") and "while starting" in watchdog.stalled()
+
+
+def test_the_process_says_what_it_is_doing_in_its_beats():
+    store = dist.HashStore()
+    watchdog = Watchdog(store, rank=0, world_size=2, timeout=60, interval=5).start()
+    time.sleep(0.1)
+    distributed.doing("update 3: forward and backward")
+    time.sleep(0.01)  # published at the change, not at the next beat
+    assert json.loads(store.get("0"))["doing"] == "update 3: forward and backward"
+    watchdog.close()
+    distributed.doing("starting")
+    assert json.loads(store.get("0"))["done"] is True  # the last word: done
+    heard = Watchdog(store, rank=1, world_size=2, timeout=60)
+    heard._listen()
+    assert heard.peers[0].done and heard.stalled() is None
+
+
+def test_teardown_has_a_deadline(caplog):
+    started = time.monotonic()
+    with caplog.at_level("WARNING"):
+        assert distributed.within(0.2, "leaving the process group", lambda: time.sleep(30)) is False
+    assert time.monotonic() - started < 5
+    assert "leaving the process group did not end within 0.2 s" in caplog.text
+    assert distributed.within(5, "a quick one", lambda: None) is True
+
+
+# A rank of two that dies (SIGKILL) or stops (SIGSTOP) in its 5th update's forward pass.
+STALL = """
+import os, signal, time
+if os.environ.get("RANK") == "1":
+    import translate.training.trainer as t
+    original, calls = t.train_step, []
+    def stalling(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            time.sleep(0.5)  # into the update
+            os.kill(os.getpid(), signal.{signal})
+        return original(*args, **kwargs)
+    t.train_step = stalling
+"""
+STALL_TIMEOUT = 8  # seconds: what the test allows a silent rank before the other names it
+
+
+@pytest.mark.parametrize("sent, named", [("SIGKILL", "died while update 5: forward and backward"),
+                                         ("SIGSTOP", "stopped answering")])
+def test_a_rank_that_dies_or_stops_ends_the_job_in_time_and_is_named(tmp_path, cache, sent, named):
+    need(MULTI30K)
+    overrides = [*SMALL[:-2], "train.max_steps=12", "train.log_every=1", "checkpoint.every_steps=3",
+                 "checkpoint.every_minutes=null", "valid.every_steps=0", f"train.stall_timeout={STALL_TIMEOUT}",
+                 f"run_dir={tmp_path}/run", f"data.cache_dir={cache}"]
+    started = time.monotonic()
+    result = run(torchrun("train", *overrides), env=hook_env(tmp_path, STALL.format(signal=sent)), timeout=240)
+    seconds = time.monotonic() - started
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("translate train: error: rank 1")]
+    assert len(lines) == 1 and named in lines[0], result.stderr[-3000:]
+    # The stalled rank is named within STALL_TIMEOUT; torchrun then ends the stopped one (SIGTERM,
+    # and SIGKILL after its 30 s of grace), so the whole job is bounded too.
+    assert seconds < 120, seconds
+    last = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")  # whole: written atomically
+    assert last["step"] == 3
+    resumed = run(torchrun("train", *overrides), timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == 12

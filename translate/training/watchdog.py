@@ -1,0 +1,157 @@
+"""The processes of a job watch each other, so that none waits forever for one that died or
+stopped answering.
+
+A collective operation (an all-reduce of gradients, the per-update agreement, the gather of
+random states at a checkpoint) waits for every process. Where one is gone, gloo and NCCL
+either fail at once (a closed connection) or wait for their own timeout (30 minutes), and a
+stopped process (SIGSTOP, a frozen node) looks alive to them. So each process also beats: a
+thread writes a counter and what the process is doing ("update 57: forward and backward") to
+the job's store (torchrun's, or rank 0's) at each change of phase and every second, and reads
+the others' every second. A process whose
+counter has not moved for train.stall_timeout seconds has stalled: every other process prints
+one line naming it and what it was doing, and exits non-zero at once; the checkpoints already
+written are whole (written atomically), so the same command resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Dict, Optional
+
+import torch.distributed as dist
+
+from translate.training import distributed
+
+STALLED_EXIT = 1  # the exit code of a process that stops because another stalled
+
+
+@dataclass
+class Peer:
+    """What this process last heard of another."""
+
+    beat: int = -1  # its counter
+    heard: float = 0.0  # when the counter last moved (this process's monotonic clock)
+    doing: str = "starting"
+    pid: int = 0
+    host: str = ""
+    done: bool = False  # it has ended its part of the job: silent, not stalled
+
+
+class Watchdog:
+    """Heartbeats through the job's store, in a thread of each process of a distributed job.
+
+    What this process is doing, the beats carry from distributed.doing(), which the trainer
+    sets at each phase. stalled() is the line for a peer that has not beaten for `timeout`
+    seconds, if any; the thread itself ends the process with that line (STALLED_EXIT), since
+    the main thread may be waiting inside a collective that never returns. explain() names the
+    peer behind a collective that failed (a closed connection: a process that died)."""
+
+    def __init__(self, store: dist.Store, rank: int, world_size: int, timeout: float, interval: float = 1.0):
+        self.store, self.rank, self.world_size = store, rank, world_size
+        self.timeout, self.interval = timeout, interval
+        self.peers: Dict[int, Peer] = {r: Peer(heard=time.monotonic()) for r in range(world_size) if r != rank}
+        self.beat = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="translate-watchdog", daemon=True)
+
+    @classmethod
+    def for_job(cls, job: int, rank: int, world_size: int, timeout: float) -> "Watchdog":
+        """A watchdog on a connection of its own to the job's store (MASTER_ADDR:MASTER_PORT, which
+        torchrun's agent or rank 0 serves), its keys apart for each job of a sweep."""
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(timeout, 30.0)),
+                              wait_for_workers=False)
+        return cls(dist.PrefixStore(f"translate-watchdog-{job}/", store), rank, world_size, timeout)
+
+    def start(self) -> "Watchdog":
+        self.thread.start()
+        return self
+
+    def close(self, seconds: float = 5.0) -> None:
+        """Stop beating, and tell the others that this process is done (its silence from now on
+        is no stall)."""
+        self.stop.set()
+        distributed.changed.set()  # wakes the thread now
+        self.thread.join(seconds)
+        try:
+            self.store.set(str(self.rank), json.dumps({"beat": self.beat + 1, "doing": "done", "done": True}))
+        except Exception:  # the store's server has ended already: no one is left to tell
+            pass
+
+    def stalled(self) -> Optional[str]:
+        """The line for the first peer silent for `timeout` seconds, or None."""
+        now = time.monotonic()
+        for rank, peer in self.peers.items():
+            silent = now - peer.heard
+            if silent >= self.timeout and not peer.done:
+                where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
+                return (f"rank {rank}{where} stopped answering {silent:.0f} s ago while {peer.doing}; rank {self.rank} "
+                        f"stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
+        return None
+
+    def explain(self) -> Optional[str]:
+        """After a collective failed: the line for a peer that died (on this host: its process is
+        gone), or that stalled, waiting at most `timeout` seconds for a silence to show."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self._listen()  # what the others said last, their process ids among it
+            except Exception:  # the store's server is gone: what was heard stands
+                pass
+            for rank, peer in self.peers.items():
+                if peer.pid and not peer.done and peer.host == socket.gethostname() and not _alive(peer.pid):
+                    return (f"rank {rank} (pid {peer.pid} on {peer.host}) died while {peer.doing}; rank {self.rank} "
+                            f"stops too (resume with the same command)")
+            line = self.stalled()
+            if line is not None or time.monotonic() > deadline:
+                return line
+            time.sleep(0.2)
+
+    def _run(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        listened = 0.0
+        while not self.stop.is_set():
+            distributed.changed.clear()
+            try:
+                self.beat += 1
+                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": distributed.activity(), **me}))
+                if time.monotonic() - listened >= self.interval:
+                    self._listen()
+                    listened = time.monotonic()
+            except Exception:  # the store's server (torchrun's agent, or rank 0) is gone: no one is heard
+                pass
+            line = self.stalled()
+            if line is not None and not self.stop.is_set():
+                self._end(line)
+            distributed.changed.wait(self.interval)  # a beat a second, and one at each change of phase
+
+    def _listen(self) -> None:
+        """Read the others' beats; a counter that moved is a peer heard now."""
+        for rank, peer in self.peers.items():
+            if not self.store.check([str(rank)]):
+                continue
+            heard = json.loads(self.store.get(str(rank)))
+            if heard["beat"] != peer.beat:
+                peer.beat, peer.heard, peer.doing = heard["beat"], time.monotonic(), heard["doing"]
+                peer.pid, peer.host, peer.done = heard.get("pid", peer.pid), heard.get("host", peer.host), "done" in heard
+
+    def _end(self, line: str) -> None:
+        """One line, then the end of this process: its main thread may never come back."""
+        print(f"translate train: error: {line}", file=sys.stderr, flush=True)
+        os._exit(STALLED_EXIT)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this host runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
