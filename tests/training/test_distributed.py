@@ -180,3 +180,29 @@ def test_without_submitit_or_torchrun_one_process_and_no_submitit_import():
     result = run([sys.executable, "-c", code])
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "False"]
+
+
+def _collectives_worker(rank, port, overrides, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    from translate.training import distributed
+
+    context = distributed.init()
+    try:
+        summed = distributed.all_sum([rank + 1.0, 2.0], context)
+        told = distributed.from_main({"update": 7, "why": None} if rank == 0 else "not rank 0", context)
+        gathered = distributed.gather_objects({"rank": rank, "state": torch.arange(3) * rank}, context)
+        held = len(distributed._held)
+    finally:
+        distributed.shutdown()
+    if rank == 0:
+        results.put((summed, told, [(g["rank"], g["state"].tolist()) for g in gathered], held, len(distributed._held)))
+
+
+def test_the_collectives_hold_their_tensors_until_the_group_is_left():
+    """all_sum, from_main and gather_objects give every process the same answer, and keep their
+    host tensors until the process group is left (gloo's threads then never free a tensor Python
+    made: the destructor that waits for them holds the GIL, and a sweep's job end hung on it)."""
+    summed, told, gathered, held, after = gloo_pair(_collectives_worker, [])
+    assert summed == [3.0, 4.0] and told == {"update": 7, "why": None}
+    assert gathered == [(0, [0, 0, 0]), (1, [0, 1, 2])]
+    assert held >= 5 and after == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -132,11 +133,30 @@ def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size:
     _joined += 1
 
 
+# The host tensors handed to the collectives below, held here until the process group is left.
+# gloo's worker threads drop their own references to a collective's tensors after it has ended;
+# were theirs the last, they would need the GIL to free a tensor Python made, and the group's
+# destructor holds the GIL while it waits for those threads (it runs where the last reference
+# to the group goes: DistributedDataParallel's reducer, freed as a sweep's job ends): under load
+# the two would wait for each other for ever (py-spy: ~ProcessGroupGloo in std::thread::join,
+# a worker in ~AsyncAllreduceWork waiting for the GIL). Held here, Python always frees them.
+_held: List[torch.Tensor] = []
+
+
+_HOLD = 64  # tensors held: a worker thread has long freed those of older collectives (it frees each before its next)
+
+
+def _hold(*tensors: torch.Tensor) -> None:
+    _held.extend(tensors)
+    del _held[:-_HOLD]
+
+
 def all_sum(values: List[float], context: Context) -> List[float]:
     """Element-wise sum over all processes (identity for one process)."""
     if not context.distributed:
         return list(values)
     tensor = torch.tensor(values, dtype=torch.float64)  # on the host: gloo (a second group beside NCCL)
+    _hold(tensor)
     dist.all_reduce(tensor, group=_host_group)
     return tensor.tolist()
 
@@ -145,9 +165,32 @@ def from_main(value: Any, context: Context) -> Any:
     """The main process's value (a small picklable object) on every process."""
     if not context.distributed:
         return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0, group=_host_group)
-    return box[0]
+    payload = pickle.dumps(value) if context.is_main else b""
+    size = torch.tensor([len(payload)], dtype=torch.int64)
+    _hold(size)
+    dist.broadcast(size, src=0, group=_host_group)
+    data = torch.tensor(list(payload), dtype=torch.uint8) if context.is_main else torch.empty(int(size), dtype=torch.uint8)
+    _hold(data)
+    dist.broadcast(data, src=0, group=_host_group)
+    return pickle.loads(data.numpy().tobytes())
+
+
+def gather_objects(value: Any, context: Context) -> List[Any]:
+    """Every process's value (picklable), in rank order, on every process."""
+    if not context.distributed:
+        return [value]
+    payload = pickle.dumps(value)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(context.world_size)]
+    size = torch.tensor([len(payload)], dtype=torch.int64)
+    _hold(size, *sizes)
+    dist.all_gather(sizes, size, group=_host_group)
+    longest = int(max(s.item() for s in sizes))
+    data = torch.zeros(longest, dtype=torch.uint8)
+    data[: len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+    gathered = [torch.empty(longest, dtype=torch.uint8) for _ in range(context.world_size)]
+    _hold(data, *gathered)
+    dist.all_gather(gathered, data, group=_host_group)
+    return [pickle.loads(g[: int(s.item())].numpy().tobytes()) for g, s in zip(gathered, sizes)]
 
 
 def any_true(flag: bool, context: Context) -> bool:
@@ -179,6 +222,7 @@ def shutdown(seconds: float = 60.0) -> None:
     _host_group = None
     if dist.is_initialized():
         within(seconds, "leaving the process group", dist.destroy_process_group)
+    _held.clear()  # the group's threads are gone (or left behind): these are Python's alone
 
 
 def within(seconds: float, what: str, action: Callable[[], None]) -> bool:

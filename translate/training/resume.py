@@ -131,12 +131,7 @@ def process_state(batches: BatchStream) -> Dict:
 
 def gather_process_states(context: distributed.Context, batches: BatchStream) -> List[Dict]:
     """Every process's random state and data position (for an exact resume), on rank 0."""
-    state = process_state(batches)
-    if not context.distributed:
-        return [state]
-    states: List = [None] * context.world_size
-    torch.distributed.all_gather_object(states, state)
-    return states
+    return distributed.gather_objects(process_state(batches), context)
 
 
 def restore_process_state(payload: Dict, context: distributed.Context, batches: BatchStream, tracker: Tracker) -> None:
