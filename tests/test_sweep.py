@@ -5,7 +5,6 @@ from pathlib import Path
 
 import torch
 
-import pytest
 
 from tests.conftest import FEW, hook_env, run, torchrun
 

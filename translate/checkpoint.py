@@ -12,6 +12,7 @@ from before it was recorded: 0, 1, 2, 3), `languages`, `step` (all built by `wei
 
 from __future__ import annotations
 
+import errno
 import logging
 import pickle
 import re
@@ -32,6 +33,10 @@ from translate.model import Transformer
 log = logging.getLogger("translate.checkpoint")
 
 REQUIRED = ("model", "model_config", "vocabulary", "step")
+# Errors of the operating system that say nothing of the file's contents (a truncated file makes
+# torch's zip reader fail with EINVAL, say: that one is damage).
+_NOT_THE_FILES_FAULT = {errno.EIO, errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ESTALE,
+                        errno.ETIMEDOUT, errno.ENXIO, errno.ENODEV}
 
 
 def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, languages: List[str], step: int) -> Dict[str, Any]:
@@ -77,7 +82,7 @@ def load(path: Path) -> Dict[str, Any]:
         raise TranslateError(f"{path} is a folder, not a checkpoint") from None
     except Exception as error:  # truncated or damaged: torch's zip reader or the unpickler fails
         failed = os_error_in(error)
-        if failed is not None:  # not the file's fault: permissions, an I/O error of the disk
+        if failed is not None and failed.errno in _NOT_THE_FILES_FAULT:  # permissions, the disk, the system
             raise TranslateError(f"cannot read the checkpoint {path}: {describe(failed)}") from None
         raise _damaged(path, error) from None
     if not isinstance(payload, dict) or any(key not in payload for key in REQUIRED):

@@ -106,11 +106,13 @@ def test_a_rank_that_dies_or_stops_ends_the_job_in_time_and_is_named(tmp_path, c
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("translate train: error: rank 1")]
     assert len(lines) == 1 and named in lines[0], result.stderr[-3000:]
-    # The stalled rank is named within STALL_TIMEOUT; torchrun then ends the stopped one (SIGTERM,
-    # and SIGKILL after its 30 s of grace), so the whole job is bounded too.
-    assert seconds < 120, seconds
+    # The stalled rank is named within STALL_TIMEOUT, and ended by rank 0 (it is on this host):
+    # the whole job ends without torchrun's 30 s of grace.
+    assert seconds < 60, seconds
     last = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")  # whole: written atomically
     assert last["step"] == 3
+    if sent == "SIGSTOP":
+        return  # resuming is the same after either: checked once
     resumed = run(torchrun("train", *overrides), timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == 12

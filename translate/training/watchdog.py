@@ -9,14 +9,16 @@ thread writes a counter and what the process is doing ("update 57: forward and b
 the job's store (torchrun's, or rank 0's) at each change of phase and every second, and reads
 the others' every second. A process whose
 counter has not moved for train.stall_timeout seconds has stalled: every other process prints
-one line naming it and what it was doing, and exits non-zero at once; the checkpoints already
-written are whole (written atomically), so the same command resumes.
+one line naming it and what it was doing, ends it where it runs on the same host, and exits
+non-zero at once; the checkpoints already written are whole (written atomically), so the same
+command resumes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -87,14 +89,20 @@ class Watchdog:
 
     def stalled(self) -> Optional[str]:
         """The line for the first peer silent for `timeout` seconds, or None."""
+        peer = self._silent()
+        if peer is None:
+            return None
+        rank, silent = self._rank_of(peer), time.monotonic() - peer.heard
+        where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
+        return (f"rank {rank}{where} stopped answering {silent:.0f} s ago while {peer.doing}; rank {self.rank} "
+                f"stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
+
+    def _silent(self) -> Optional[Peer]:
         now = time.monotonic()
-        for rank, peer in self.peers.items():
-            silent = now - peer.heard
-            if silent >= self.timeout and not peer.done:
-                where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
-                return (f"rank {rank}{where} stopped answering {silent:.0f} s ago while {peer.doing}; rank {self.rank} "
-                        f"stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
-        return None
+        return next((p for p in self.peers.values() if now - p.heard >= self.timeout and not p.done), None)
+
+    def _rank_of(self, peer: Peer) -> int:
+        return next(rank for rank, p in self.peers.items() if p is peer)
 
     def explain(self) -> Optional[str]:
         """After a collective failed: the line for a peer that died (on this host: its process is
@@ -129,7 +137,7 @@ class Watchdog:
                 pass
             line = self.stalled()
             if line is not None and not self.stop.is_set():
-                self._end(line)
+                self._end(line, self._silent())
             distributed.changed.wait(self.interval)  # a beat a second, and one at each change of phase
 
     def _listen(self) -> None:
@@ -142,9 +150,16 @@ class Watchdog:
                 peer.beat, peer.heard, peer.doing = heard["beat"], time.monotonic(), heard["doing"]
                 peer.pid, peer.host, peer.done = heard.get("pid", peer.pid), heard.get("host", peer.host), "done" in heard
 
-    def _end(self, line: str) -> None:
-        """One line, then the end of this process: its main thread may never come back."""
+    def _end(self, line: str, stalled: Optional[Peer] = None) -> None:
+        """One line, then the end of this process: its main thread may never come back. A stalled
+        process of this host is ended too (SIGKILL: a stopped process takes no other signal),
+        as torchrun would after its grace period: the job ends now, not 30 s later."""
         print(f"translate train: error: {line}", file=sys.stderr, flush=True)
+        if stalled is not None and stalled.pid and stalled.host == socket.gethostname() and _alive(stalled.pid):
+            try:
+                os.kill(stalled.pid, signal.SIGKILL)
+            except OSError:  # gone meanwhile, or not ours to end
+                pass
         os._exit(STALLED_EXIT)
 
 
