@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-# A model that trains in seconds on the real Multi30k dev split (tests/conftest.py's SMALL).
-SMALL = ["config=tiny", f"data.path={MULTI30K}", "data.train_split=validation", "data.vocab_size=603",
-         "model.d_model=32", "model.d_ff=64", "model.heads=2", "model.layers=1", "optim.warmup_steps=20",
-         "train.tokens_per_batch=1500", "train.tokens_per_update=1500", "train.precision=fp32", "train.log_every=5",
-         "checkpoint.every_steps=5", "checkpoint.every_minutes=null", "valid.every_steps=5", "valid.bleu_sentences=20"]
+from compare_trees import ROOT, SMALL as COMPARED
+
+# compare_trees.py's small model (seconds on the real Multi30k dev split, a thread a process, a
+# checkpoint and a validation every 7 updates), in fp32, for as many updates as --updates.
+SMALL = [o for o in COMPARED if not o.startswith("train.max_steps=")] + ["train.precision=fp32",
+                                                                        "checkpoint.every_minutes=null"]
 # Another process on the same cores: matrix products on two threads, as a second training would.
 CONTENTION = """
 import torch
@@ -48,17 +47,18 @@ def emit(record: Dict) -> None:
 
 
 def descendants(pid: int) -> List[int]:
-    result = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
-    children: Dict[int, List[int]] = {}
-    for line in result.stdout.split("\n"):
-        if line.strip():
-            child, parent = map(int, line.split())
-            children.setdefault(parent, []).append(child)
-    found, stack = [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
+    """The processes below `pid` (torchrun's workers have sessions of their own), from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found.extend(sorted(frontier))
     return found
 
 
@@ -113,7 +113,7 @@ def launch(index: int, kind: str, folder: Path, cache: Path, updates: int, timeo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=20)
-    parser.add_argument("--updates", type=int, default=10, help="updates of each training (each job of a sweep)")
+    parser.add_argument("--updates", type=int, default=14, help="updates of each training (each job of a sweep)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds after which a launch counts as hung")
     parser.add_argument("--no-contention", dest="contention", action="store_false",
                         help="nothing else on the CPU (default: a process of matrix products beside each launch)")

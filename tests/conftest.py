@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -162,6 +162,20 @@ def hook_env(tmp_path: Path, code: str = "", blocked: Sequence[str] = (), **vari
         (folder / package).mkdir(exist_ok=True)
         (folder / package / "__init__.py").write_text("raise ImportError('not installed')\n", encoding="utf-8")
     return dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **variables)
+
+
+def in_update(update: int, action: str, rank: Optional[int] = None) -> str:
+    """Start-up code (for hook_env) that runs `action`, Python statements, at the start of the
+    `update`-th update's forward and backward pass (translate.training.trainer.train_step), in
+    every process, or in process `rank` of a torchrun job alone."""
+    import textwrap
+
+    body = textwrap.indent(textwrap.dedent(action).strip(), " " * 12)
+    guard = f"os.environ.get('RANK') == '{rank}'" if rank is not None else "True"
+    return (f"import os, signal, time\nif {guard}:\n    import translate.training.trainer as t\n"
+            f"    original, calls = t.train_step, []\n    def hooked(*args, **kwargs):\n        calls.append(1)\n"
+            f"        if len(calls) == {update}:\n{body}\n        return original(*args, **kwargs)\n"
+            f"    t.train_step = hooked\n")
 
 
 def wait_for(path: Path, timeout: float = 300) -> None:

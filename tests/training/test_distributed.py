@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.conftest import MULTI30K, SMALL, TORCHRUN, cli, free_port, gloo_pair, hook_env, need, run, small_run, start, torchrun
+from tests.conftest import (MULTI30K, SMALL, TORCHRUN, cli, free_port, gloo_pair, hook_env, in_update, need, run, small_run,
+                            start, torchrun)
 
 # Dropout off, and an Adam whose update is proportional to the gradient (eps >> |g|), scaled
 # up so that the updates are substantial: Adam is blind to a constant error in the loss scale.
@@ -97,18 +98,7 @@ def test_two_nodes_on_loopback_write_one_checkpoint(tmp_path):
 
 
 # Rank 1 fails on its second update (through a sitecustomize that only this test installs).
-FAIL_ON_RANK_1 = """
-import os
-if os.environ.get('RANK') == '1':
-    import translate.training.trainer as t
-    original, calls = t.train_step, []
-    def failing(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError('injected failure on rank 1')
-        return original(*args, **kwargs)
-    t.train_step = failing
-"""
+FAIL_ON_RANK_1 = in_update(2, "raise RuntimeError('injected failure on rank 1')", rank=1)
 
 
 def test_a_failing_rank_ends_the_job(tmp_path):

@@ -9,22 +9,12 @@ import time
 import pytest
 import torch
 
-from tests.conftest import MULTI30K, RESUMABLE, cli, hook_env, need, one_line_error, run, small_run, start, torchrun, \
+from tests.conftest import MULTI30K, RESUMABLE, cli, hook_env, in_update, need, one_line_error, run, small_run, start, torchrun, \
     train_resumable, wait_for
 from translate import checkpoint
 
 
-KILL_ON_CALL = """
-import os, signal
-import translate.training.trainer as t
-original, calls = t.train_step, []
-def killing(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == {call}:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return original(*args, **kwargs)
-t.train_step = killing
-"""
+KILL_IN_UPDATE_8 = in_update(8, "os.kill(os.getpid(), signal.SIGKILL)")
 
 
 def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
@@ -102,18 +92,9 @@ def test_a_stop_signal_to_one_rank_is_agreed_by_all(tmp_path):
     assert not torch.equal(payload["processes"][0]["torch"], payload["processes"][1]["torch"])  # each rank its own
 
 
-SIGINT_ON_CALL = """
-import os, signal
-import translate.training.trainer as t
-original, calls = t.train_step, []
-def interrupting(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == 8:
-        for _ in range({times}):
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of update 8
-    return original(*args, **kwargs)
-t.train_step = interrupting
-"""
+def ctrl_c_in_update_8(times: int) -> str:
+    """Ctrl-C `times` times in the middle of update 8."""
+    return in_update(8, f"for _ in range({times}):\n    os.kill(os.getpid(), signal.SIGINT)")
 
 
 def as_written_before_the_schedule_class(path) -> None:
@@ -140,11 +121,11 @@ def test_killed_and_interrupted_runs_resume_bit_for_bit(tmp_path):
     need(MULTI30K)
     straight = train_resumable(tmp_path, "straight", "train.max_steps=12")
     assert straight.returncode == 0, straight.stderr
-    killed = train_resumable(tmp_path, "killed", "train.max_steps=12", env=hook_env(tmp_path, KILL_ON_CALL.format(call=8)))
+    killed = train_resumable(tmp_path, "killed", "train.max_steps=12", env=hook_env(tmp_path, KILL_IN_UPDATE_8))
     assert killed.returncode == -signal.SIGKILL
     assert checkpoint.load(tmp_path / "killed" / "checkpoint_last.pt")["step"] == 5
     as_written_before_the_schedule_class(tmp_path / "killed" / "checkpoint_last.pt")
-    stopped = train_resumable(tmp_path, "stopped", "train.max_steps=12", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=1)))
+    stopped = train_resumable(tmp_path, "stopped", "train.max_steps=12", env=hook_env(tmp_path, ctrl_c_in_update_8(1)))
     assert stopped.returncode == 130, stopped.stderr
     assert "stopped by SIGINT at update 8: saved" in stopped.stderr
     assert checkpoint.load(tmp_path / "stopped" / "checkpoint_last.pt")["step"] == 8
@@ -161,7 +142,7 @@ def test_killed_and_interrupted_runs_resume_bit_for_bit(tmp_path):
 
 def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
     need(MULTI30K)
-    twice = train_resumable(tmp_path, "twice", "train.max_steps=11", env=hook_env(tmp_path, SIGINT_ON_CALL.format(times=2)))
+    twice = train_resumable(tmp_path, "twice", "train.max_steps=11", env=hook_env(tmp_path, ctrl_c_in_update_8(2)))
     assert twice.returncode == 130 and "translate train: interrupted" in twice.stderr
     assert checkpoint.load(tmp_path / "twice" / "checkpoint_last.pt")["step"] == 5  # the last periodic save
 

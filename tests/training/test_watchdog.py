@@ -11,7 +11,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from tests.conftest import MULTI30K, SMALL, hook_env, need, run, torchrun
+from tests.conftest import MULTI30K, SMALL, hook_env, in_update, need, run, torchrun
 from translate import checkpoint
 from translate.training import distributed
 from translate.training.watchdog import Watchdog
@@ -76,20 +76,9 @@ def test_teardown_has_a_deadline(caplog):
     assert distributed.within(5, "a quick one", lambda: None) is True
 
 
-# A rank of two that dies (SIGKILL) or stops (SIGSTOP) in its 5th update's forward pass.
-STALL = """
-import os, signal, time
-if os.environ.get("RANK") == "1":
-    import translate.training.trainer as t
-    original, calls = t.train_step, []
-    def stalling(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 5:
-            time.sleep(0.5)  # into the update
-            os.kill(os.getpid(), signal.{signal})
-        return original(*args, **kwargs)
-    t.train_step = stalling
-"""
+def stall(sent: str) -> str:
+    """Rank 1 of two dies (SIGKILL) or stops (SIGSTOP) half a second into its 5th update."""
+    return in_update(5, f"time.sleep(0.5)\nos.kill(os.getpid(), signal.{sent})", rank=1)
 STALL_TIMEOUT = 8  # seconds: what the test allows a silent rank before the other names it
 
 
@@ -101,7 +90,7 @@ def test_a_rank_that_dies_or_stops_ends_the_job_in_time_and_is_named(tmp_path, c
                  "checkpoint.every_minutes=null", "valid.every_steps=0", f"train.stall_timeout={STALL_TIMEOUT}",
                  f"run_dir={tmp_path}/run", f"data.cache_dir={cache}"]
     started = time.monotonic()
-    result = run(torchrun("train", *overrides), env=hook_env(tmp_path, STALL.format(signal=sent)), timeout=240)
+    result = run(torchrun("train", *overrides), env=hook_env(tmp_path, stall(sent)), timeout=240)
     seconds = time.monotonic() - started
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("translate train: error: rank 1")]
