@@ -91,16 +91,18 @@ def same_training(base: Path, folder: Path) -> Path:
 
 
 def comparable(path: Path) -> bytes:
-    """A file's bytes; a JSON record's without the seconds things took (tune's record)."""
+    """A file's bytes; a run record's without the seconds things took (tune's record) and with
+    its own folder's name (in the commands it keeps) made the same for both trees."""
     if path.name != "run_record.json":
         return path.read_bytes()
+    text = path.read_text(encoding="utf-8").replace(path.parent.name, "outputs")
 
     def timeless(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: timeless(v) for k, v in value.items() if k != "seconds"}
         return [timeless(v) for v in value] if isinstance(value, list) else value
 
-    return json.dumps(timeless(json.loads(path.read_text(encoding="utf-8"))), sort_keys=True).encode()
+    return json.dumps(timeless(json.loads(text)), sort_keys=True).encode()
 
 
 def same_outputs(base: Path, checkpoint: Path, folder: Path) -> None:
