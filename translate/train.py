@@ -36,10 +36,10 @@ def train(cfg: TranslateConfig) -> Path:
     threads, level = torch.get_num_threads(), package_log.level
     lock = RunLock(Path(cfg.run_dir))
     watchdog = None
-    if context.distributed and cfg.train.stall_timeout > 0:  # the processes watch each other
-        watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
-        watchdog.start()
     try:
+        if context.distributed and cfg.train.stall_timeout > 0:  # the processes watch each other
+            watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
+            watchdog.start()
         _own(lock, context)
         trainer = Trainer.setup(cfg, context)
         try:
