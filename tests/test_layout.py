@@ -234,3 +234,23 @@ def test_the_output_cap_is_computed_in_one_function() -> None:
                     arithmetic.append(f"{name}.{function.name}:{node.lineno}")
     assert not readers, f"the cap's settings read outside DecodeConfig.output_cap: {readers}"
     assert not arithmetic, f"arithmetic on the output cap outside DecodeConfig.output_limit: {arithmetic}"
+
+
+def test_the_design_page_draws_the_floors_as_they_are() -> None:
+    """docs/design.md's drawing of the floors (its first code block: a line per floor that starts
+    with its number, then its modules and packages, continued on indented lines) names the
+    modules of FLOORS, each on its own floor."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("```", 2)[1]
+    drawn: dict = {}
+    floor = None
+    for line in block.splitlines():
+        number = re.match(r"(\d)\s+(\w[\w ]*?)\s{2,}", line)
+        if number:
+            floor = list(FLOORS)[int(number.group(1)) - 1]
+            assert number.group(2) == floor, f"design.md floor {number.group(1)} is '{number.group(2)}', not '{floor}'"
+        if floor is not None:
+            names = re.findall(r"(?<![\w./])([a-z_]+)(\.py\b|/)", line)
+            drawn.setdefault(floor, set()).update("translate" + ("" if n == "__init__" else "." + n) for n, _ in names)
+    expected = {floor: set(members) - {"translate"} for floor, members in FLOORS.items()}
+    assert drawn == expected, f"docs/design.md draws {drawn}, the code has {expected}"
