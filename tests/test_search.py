@@ -282,3 +282,25 @@ def test_beam_search_independent_of_batch(model, beam_size, eos_bias):
             assert len(h.tokens) < max_lengths[row]
     if eos_bias:  # the biased search does finish hypotheses before the limit
         assert any(len(h.tokens) < limit - 1 for hs, limit in zip(together, max_lengths) for h in hs)
+
+
+@pytest.mark.parametrize("R, V, count", [(4, 8000, 8), (1, 8000, 8), (4, 37, 8), (2, 6, 4), (3, 120, 6)])
+def test_best_continuations_equal_a_top_k_of_every_sum(R, V, count):
+    """_best_continuations (the top chunks' sums alone, the new path) gives the scores and
+    indices of a top-k over every hypothesis score plus token log-prob (the old path), banned
+    tokens and sentences forced to EOS included (their -inf ties aside)."""
+    from translate.search import _allowed, _best_continuations
+
+    g = torch.Generator().manual_seed(R * V)
+    B = 5
+    log_probs = torch.randn(B * R, V, generator=g).mul_(3).log_softmax(-1)  # (B*R, V)
+    scores = -torch.rand(B, R, generator=g) * 10  # (B, R)
+    at_limit = torch.tensor([False, True, False, False, True])
+    allowed = _allowed(log_probs.clone(), B, count // 2, banned=torch.tensor([0, 1]), at_limit=at_limit, eos=EOS)
+    want_scores, want_index = (allowed + scores[:, :, None]).view(B, R * V).topk(count, dim=1)
+    got_scores, got_index = _best_continuations(allowed, scores, count)
+    assert torch.equal(got_scores, want_scores)
+    finite = torch.isfinite(want_scores)
+    assert torch.equal(got_index[finite], want_index[finite])
+    assert (allowed.view(B, R * V).gather(1, got_index)[~finite] == float("-inf")).all()  # any of the tied -inf
+    assert (~finite).any()  # the sentences at their limit have fewer finite sums than `count`
