@@ -512,3 +512,84 @@ def test_dropout_rate_scale_and_gradient():
     assert torch.equal(dropout.eval()(x), x)
     assert torch.equal(Dropout(0.0)(x), x)
     assert dropout.train()(x.detach().bfloat16()).dtype == torch.bfloat16
+
+
+# --- decoding's prepacked products ---------------------------------------------------------
+
+
+def prepacked_pair(seed: int = 0):
+    """Two copies of one small random model (perturbed biases and norms), the second with
+    every product prepacked (Transformer.prepack_products)."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, d_ff=64, heads=4, layers=2, dropout=0.0, vocab_size=40)
+    plain = Transformer(cfg).eval()
+    perturb(plain)
+    packed = Transformer(cfg).eval()
+    packed.load_state_dict(plain.state_dict())
+    packed.prepack_products(output=True, layers=True)
+    return plain, packed
+
+
+def test_prepacked_steps_equal_torchs_products():
+    """Incremental decoding on oneDNN's prepacked products (the new path) gives the log-probs
+    of torch's own products (the old path) step after step, across a beam-style reorder, to
+    fp32's rounding (the libraries sum in another order); the model keeps its parameters and
+    state_dict. Without prepack_products no product is a PrepackedLinear."""
+    from translate.model import PrepackedLinear
+
+    plain, packed = prepacked_pair()
+    assert not any(isinstance(m, PrepackedLinear) for m in plain.modules())
+    linears = [m for m in packed.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(isinstance(m, PrepackedLinear) for m in linears)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), packed.state_dict().values()))
+    g = torch.Generator().manual_seed(7)
+    src = random_tokens([6, 2, 4], 6, g)
+    tokens = torch.randint(4, V, (3, 6), generator=g)
+    with torch.inference_mode():
+        a, b = plain.start_state(src), packed.start_state(src)
+        for t in range(6):
+            want, got = plain.step(tokens[:, t], a), packed.step(tokens[:, t], b)
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+            if t == 2:
+                index = torch.tensor([2, 2, 0])
+                a, b, tokens = a.reorder(index), b.reorder(index), tokens[index]
+    assert packed.output_packed.packed is not None  # the new path ran: the weights were packed
+    assert all(m.weight_packed.packed is not None for m in packed.decoder_layers.modules() if isinstance(m, PrepackedLinear))
+
+
+def test_prepacked_products_serve_fp32_inference_only():
+    """Training (gradients), bf16 autocast and other dtypes run torch's own products, bit for
+    bit; a weight changed in place is packed again."""
+    import torch.nn.functional as F
+
+    plain, packed = prepacked_pair(seed=1)
+    src, tgt = random_tokens([5, 3], 5, torch.Generator().manual_seed(8)), torch.randint(4, V, (2, 4))
+    assert torch.equal(packed(src, tgt), plain(src, tgt))  # gradients enabled: nn.Linear's product
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(packed(src, tgt), plain(src, tgt))
+    linear = packed.decoder_layers[0].feed_forward.w_1
+    x = torch.randn(5, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), atol=ATOL, rtol=0)
+    with torch.no_grad():
+        linear.weight.mul_(2)
+    with torch.inference_mode():
+        torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), atol=2 * ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_prepacked_beam_search_finds_torchs_outputs(seed):
+    """Beam search (beam 4) and greedy search on the prepacked model give the tokens of the
+    model on torch's products."""
+    from translate.config import DecodeConfig
+    from translate.search import Symbols, beam_search
+
+    plain, packed = prepacked_pair(seed)
+    src = random_tokens([7, 4, 6, 2], 7, torch.Generator().manual_seed(seed))
+    symbols = Symbols(bos=1, eos=2, banned=(0, 3))
+    for beam in (4, 1):
+        settings = DecodeConfig(beam_size=beam, length_penalty=0.6)
+        with torch.inference_mode():
+            want = beam_search(plain.step, plain.start_state(src), [9, 6, 8, 4], settings, symbols)
+            got = beam_search(packed.step, packed.start_state(src), [9, 6, 8, 4], settings, symbols)
+        assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in want]

@@ -1,0 +1,52 @@
+"""The Translator's engine choices (translate/translator.py): which products decoding runs on,
+by what the CPU supports, and a start-up that checks a checkpoint's weights without torch's
+compiler."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import run_dir_of
+from translate import translator
+
+
+@pytest.mark.parametrize("machine, capability, expected", [
+    ("x86_64", "AVX512", (True, True)),
+    ("x86_64", "AVX2", (True, False)),
+    ("x86_64", "DEFAULT", (False, False)),
+    ("aarch64", "DEFAULT", (False, False)),
+])
+def test_decoding_products_follow_the_instructions_torch_dispatches_to(monkeypatch, machine, capability, expected):
+    """oneDNN's prepacked products: the output projection on x86 CPUs with AVX2 or AVX-512, the
+    layers' with AVX-512 (where they measured faster); never chosen by vendor, and none where
+    torch lacks oneDNN."""
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    translator.decoding_products.cache_clear()
+    try:
+        assert translator.decoding_products() == expected
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+        translator.decoding_products.cache_clear()
+        assert translator.decoding_products() == (False, False)
+    finally:
+        translator.decoding_products.cache_clear()
+
+
+def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
+    """Translator.from_checkpoint checks the weights by loading them (strictly); building a model
+    on the meta device (checkpoint.check_weights, for the message naming a bad weight) imports
+    torch._dynamo, about a second of every decode's start-up, so it runs only for a checkpoint
+    that does not load (tests/test_faults.py: each damage named, through decode and export)."""
+    path = run_dir_of(trained_run) / "checkpoint_last.pt"
+    code = (
+        "import sys; from pathlib import Path; from translate.translator import Translator\n"
+        f"t = Translator.from_checkpoint(Path({str(path)!r}))\n"
+        "print(t.translate(['A man is walking.'])[0]); print('torch._dynamo' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    text, compiler = result.stdout.strip().splitlines()[-2:]
+    assert text and compiler == "False"
