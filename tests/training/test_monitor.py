@@ -12,6 +12,7 @@ def test_logs_account_for_compute(tmp_path):
     assert "GFLOP per target token" in result.stderr
     update = next(line for line in result.stderr.splitlines() if "] - update 2:" in line)
     assert " mfu " in update and " mem " in update and " FLOPs" in update
+    assert " TFLOP/s fp32 peak mem " in update  # the peak the MFU divides by, and its dtype
 
 
 def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():

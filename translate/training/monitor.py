@@ -77,7 +77,8 @@ class Monitor:
         log.info(
             f"update {updates}: loss {metrics['loss']:.3f} nll {nll:.3f} ppl {metrics['ppl']:.1f} "
             f"lr {lr:.2e} {metrics['target_tokens_per_s']:.0f} tgt tok/s padding {window.padding:.1%} "
-            f"mfu {metrics['mfu']:.0%} mem {metrics['peak_memory_gb']:.1f} GB compute {metrics['model_flops']:.2e} FLOPs"
+            f"mfu {metrics['mfu']:.0%} of {self.accounting.peak_label()} "  # e.g. "of 0.42 TFLOP/s bf16 peak"
+            f"mem {metrics['peak_memory_gb']:.1f} GB compute {metrics['model_flops']:.2e} FLOPs"
             + (f" ({share:.2%} of the paper's)" if share is not None else "")
         )
 
