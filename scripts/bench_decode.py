@@ -4,8 +4,10 @@
 On the same checkpoint and the same real test sentences (default: the Multi30k test split):
   - ours: batched beam search on the cached incremental step (in-process),
   - plain: the same search, but every step recomputes the decoder over the whole prefix,
-  - ctranslate2: the exported model in CTranslate2 (same threads, in-process), in float32 and
-    with its weights quantized to int8 on load,
+  - ctranslate2: the exported model in CTranslate2, same threads: through our framing
+    (translate.formats.ctranslate2, in this process) and at its fastest (one translate_batch
+    call, timed without start-up, in a Python process of its own: where torch's products have
+    run, CTranslate2 ran 1.36x slower), in float32 and with its weights quantized to int8 on load,
   - ours in bf16 (decode.precision=bf16) where the CPU computes bf16 natively (AMX,
     AVX512-BF16): speed and BLEU beside float32's, on each split,
   - cli: a whole `translate decode` process, start-up included, against a whole Python process
@@ -15,7 +17,10 @@ On the same checkpoint and the same real test sentences (default: the Multi30k t
     saying so, where the anchor or its checkpoint is missing. Its model is not ours, so
     outputs differ in length: compare target tokens/s (output pieces + EOS per sentence).
 Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal
-quality. Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
+quality, and others_cpu_s: the CPU seconds other processes took meanwhile (near 0 when the
+machine was quiet). Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
+To compare CPU kinds on one machine, force both sides down, e.g. to AVX2:
+ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 CT2_FORCE_CPU_ISA=AVX2.
 
     make demo    # trains runs/tiny-multi30k_en_de/checkpoint_last.pt first
     .venv/bin/python scripts/bench_decode.py --rounds 2
@@ -28,13 +33,14 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -88,38 +94,51 @@ class PlainModel:
         return F.log_softmax(self.model.logits(hidden[:, -1]).float(), dim=-1)
 
 
-def ctranslate2_one_call(folder: str, sentences: List[str], beam_size: int, alpha: float, threads: int,
-                         compute_type: str = "default") -> List[str]:
-    """All sentences in one translate_batch call (CTranslate2 sorts and batches them itself), the
-    float32 export's weights as they are, or quantized on load (compute_type="int8")."""
-    import ctranslate2
-    import sentencepiece as spm
+class Stopwatch:
+    """Wall seconds of a measurement, and the CPU seconds the rest of the machine used meanwhile
+    (all cores busy, from /proc/stat, less this process and the children it waited for): near
+    0 on a quiet machine; on a shared one, a measurement another process slowed shows it."""
 
-    processor = spm.SentencePieceProcessor(model_file=f"{folder}/sentencepiece.model")
-    translator = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, compute_type=compute_type)
-    pieces = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(sentences)]
-    results = translator.translate_batch(
-        pieces, beam_size=beam_size, length_penalty=alpha, max_batch_size=256, max_input_length=0,
-        max_decoding_length=max(map(len, pieces)) + 50, disable_unk=True, suppress_sequences=[["<pad>"], ["<s>"]],
-    )
-    return [processor.decode_pieces(r.hypotheses[0]) for r in results]
+    def __enter__(self) -> "Stopwatch":
+        self.started, self.busy, self.own = time.perf_counter(), _busy_cpu_seconds(), _own_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self.started
+        busy = _busy_cpu_seconds() - self.busy
+        self.others = round(max(0.0, busy - (_own_cpu_seconds() - self.own)), 1) if busy >= 0 else None
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (Linux; -1 elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return -1.0
+    user, nice, system, _, _, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def measure(name: str, translate, sources: List[str], references: List[str], **extra) -> dict:
-    started = time.perf_counter()
-    hypotheses = translate(sources)
-    seconds = time.perf_counter() - started
-    return report(name, hypotheses, references, seconds, **extra)
+    with Stopwatch() as watch:
+        hypotheses = translate(sources)
+    return report(name, hypotheses, references, watch.seconds, others_cpu_s=watch.others, **extra)
 
 
-def report(name, hypotheses, references, seconds, tokenizer=None, **extra) -> dict:
+def report(name, hypotheses, references, seconds, tokenizer=None, emitted=True, **extra) -> dict:
     score, _ = corpus_bleu(hypotheses, references)
     tokens = sum(len(ids) + 1 for ids in tokenizer(hypotheses)) if tokenizer else None
     record = dict(measurement=f"decode_{name}", sentences=len(hypotheses), seconds=round(seconds, 2),
                   sentences_per_s=round(len(hypotheses) / seconds, 1),
                   target_tokens_per_s=round(tokens / seconds, 1) if tokens else None,
                   bleu=round(score.score, 2), threads=torch.get_num_threads(), **extra)
-    emit(**record)
+    if emitted:
+        emit(**record)
     return {**record, "hypotheses": hypotheses}
 
 
@@ -132,32 +151,45 @@ def by_split(args, hypotheses: List[str], references: List[str]) -> dict:
     return scores
 
 
-# A whole process that loads a CTranslate2 export and translates a file, as a user would run it.
+# CTranslate2 in a Python process of its own, as its users run it: in a process where torch's
+# products have run, its translate_batch took 1.36x as long (51.7 s against 36.3-38.1 s here).
 CT2_PROCESS = """
-import sys, ctranslate2, sentencepiece as spm
-folder, source, output, beam, alpha, threads = sys.argv[1:7]
+import sys, time, ctranslate2, sentencepiece as spm
+folder, source, output, beam, alpha, threads, compute_type = sys.argv[1:8]
 processor = spm.SentencePieceProcessor(model_file=folder + "/sentencepiece.model")
-translator = ctranslate2.Translator(folder, device="cpu", intra_threads=int(threads))
+translator = ctranslate2.Translator(folder, device="cpu", intra_threads=int(threads), compute_type=compute_type)
 lines = open(source, encoding="utf-8").read().splitlines()
 pieces = [[processor.id_to_piece(i) for i in ids] for ids in processor.encode(lines)]
+started = time.perf_counter()
 results = translator.translate_batch(pieces, beam_size=int(beam), length_penalty=float(alpha), max_batch_size=256,
                                      max_input_length=0, max_decoding_length=max(map(len, pieces)) + 50, disable_unk=True,
                                      suppress_sequences=[["<pad>"], ["<s>"]])
+print(time.perf_counter() - started)
 open(output, "w", encoding="utf-8").write("".join(processor.decode_pieces(r.hypotheses[0]) + "\\n" for r in results))
 """
 
 
-def ctranslate2_process(folder: str, sources: List[str], references: List[str], d, threads: int, encode) -> dict:
-    """A whole Python process that loads the CTranslate2 export and translates the sentences as
-    ctranslate2_one_call does, start-up included (as cli_process's)."""
+def ctranslate2_process(folder: str, sources: List[str], references: List[str], d, threads: int, encode,
+                        compute_type: str = "default", **extra) -> Tuple[dict, dict]:
+    """CTranslate2 at its fastest: all sentences in one translate_batch call (it sorts and
+    batches them itself), the float32 export's weights as they are or quantized on load
+    (compute_type="int8"), in a Python process of its own that loads the export first.
+    Returns two records: the call alone (to set beside ours in-process) and the whole process,
+    start-up included (beside cli_process's)."""
+    name = "ctranslate2_one_call" if compute_type == "default" else f"ctranslate2_{compute_type}"
     with tempfile.TemporaryDirectory() as work:
         src, out = Path(work) / "input.txt", Path(work) / "out.txt"
         src.write_text("\n".join(sources) + "\n", encoding="utf-8")
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CT2_PROCESS, folder, str(src), str(out), str(d.beam_size),
-                        str(d.length_penalty), str(threads)], check=True, capture_output=True)
-        seconds = time.perf_counter() - started
-        return report("ctranslate2_process", out.read_text(encoding="utf-8").splitlines(), references, seconds, tokenizer=encode)
+        with Stopwatch() as watch:
+            child = subprocess.run([sys.executable, "-c", CT2_PROCESS, folder, str(src), str(out), str(d.beam_size),
+                                    str(d.length_penalty), str(threads), compute_type], check=True, capture_output=True,
+                                   text=True)
+        hypotheses = out.read_text(encoding="utf-8").splitlines()
+    call = report(name, hypotheses, references, float(child.stdout.split()[-1]), tokenizer=encode,
+                  others_cpu_s=watch.others, beam_size=d.beam_size, **extra)
+    process = report(name.replace("one_call", "process"), hypotheses, references, watch.seconds, tokenizer=encode,
+                     others_cpu_s=watch.others, emitted=False, **extra)
+    return call, process
 
 
 def anchor_record(line: str) -> dict:
@@ -193,15 +225,14 @@ def cli_process(args, sources: List[str], references: List[str], encode, length_
     with tempfile.TemporaryDirectory() as folder:
         src = Path(folder) / "input.txt"
         src.write_text("\n".join(sources) + "\n", encoding="utf-8")
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
-                        f"decode.checkpoint={args.checkpoint}", f"decode.input={src}", f"decode.output={folder}/out.txt",
-                        f"decode.length_penalty={length_penalty}",
-                        f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
-                       env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
-        seconds = time.perf_counter() - started
+        with Stopwatch() as watch:
+            subprocess.run([sys.executable, "-m", "translate", "decode", f"config={args.config}",
+                            f"decode.checkpoint={args.checkpoint}", f"decode.input={src}", f"decode.output={folder}/out.txt",
+                            f"decode.length_penalty={length_penalty}",
+                            f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
+                           env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
-        return report("cli_process", hypotheses, references, seconds, tokenizer=encode)
+        return report("cli_process", hypotheses, references, watch.seconds, tokenizer=encode, others_cpu_s=watch.others)
 
 
 def ratio(ours: dict, theirs: dict, key: str) -> float:
@@ -219,7 +250,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--plain-limit", type=int, default=200, help="sentences for the slow plain decoder")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "bf16", "cli", "fairseq"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "ctranslate2", "ct2_framing", "bf16", "cli", "fairseq"])
     return parser.parse_args()
 
 
@@ -260,18 +291,16 @@ def one_round(round_: int, args, translator, settings, sources, references, ct2_
     if ct2_folder is not None:
         from translate.formats.ctranslate2 import ctranslate2_translate
 
-        ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(ct2_folder, s, d, threads=args.threads),
-                      sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
-        # CTranslate2 at its fastest: one call, its own batching, one length limit for all.
-        one_call = measure("ctranslate2_one_call", lambda s: ctranslate2_one_call(ct2_folder, s, d.beam_size, d.length_penalty, args.threads),
-                           sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
-        best = max((ct2, one_call), key=lambda r: r["sentences_per_s"])
+        one_call, ct2_whole = ctranslate2_process(ct2_folder, sources, references, d, args.threads, encode, round=round_)
+        best = one_call
+        if "ct2_framing" not in args.skip:
+            ct2 = measure("ctranslate2", lambda s: ctranslate2_translate(ct2_folder, s, d, threads=args.threads),
+                          sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+            best = max((ct2, one_call), key=lambda r: r["sentences_per_s"])
         emit(measurement="decode_ours_over_ctranslate2", round=round_, ratio=ratio(ours, best, "sentences_per_s"),
              target_tokens_ratio=ratio(ours, best, "target_tokens_per_s"))
         # What a user who wants speed picks: int8 weights (no goal for ours against it yet).
-        int8 = measure("ctranslate2_int8", lambda s: ctranslate2_one_call(ct2_folder, s, d.beam_size, d.length_penalty,
-                                                                          args.threads, "int8"),
-                       sources, references, tokenizer=encode, beam_size=d.beam_size, round=round_)
+        int8, _ = ctranslate2_process(ct2_folder, sources, references, d, args.threads, encode, "int8", round=round_)
         emit(measurement="decode_ours_over_ctranslate2_int8", round=round_, ratio=ratio(ours, int8, "sentences_per_s"),
              target_tokens_ratio=ratio(ours, int8, "target_tokens_per_s"))
     if native_bf16() and "bf16" not in args.skip:
@@ -283,9 +312,10 @@ def one_round(round_: int, args, translator, settings, sources, references, ct2_
     if "cli" not in args.skip:
         process = cli_process(args, sources, references, encode, d.length_penalty)
         if ct2_folder is not None:
-            theirs = ctranslate2_process(ct2_folder, sources, references, d, args.threads, encode)
+            emit(**{k: v for k, v in ct2_whole.items() if k != "hypotheses"})
             emit(measurement="decode_process_over_ctranslate2_process", round=round_,
-                 ratio=ratio(process, theirs, "sentences_per_s"), target_tokens_ratio=ratio(process, theirs, "target_tokens_per_s"))
+                 ratio=ratio(process, ct2_whole, "sentences_per_s"),
+                 target_tokens_ratio=ratio(process, ct2_whole, "target_tokens_per_s"))
         if "fairseq" not in args.skip:
             theirs = fairseq_generate(args.threads)
             emit(measurement="decode_process_over_fairseq_generate", round=round_,

@@ -38,7 +38,7 @@ KINDS = [
     ("matrix products", ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn", "onednn")),
     ("attention", ("scaled_dot_product", "_flash_attention", "aten::_softmax", "aten::softmax", "aten::baddbmm")),
     ("log-softmax", ("log_softmax",)),
-    ("top-k and sort", ("aten::topk", "aten::sort", "aten::argsort", "aten::max", "aten::gather")),
+    ("top-k and sort", ("aten::topk", "aten::sort", "aten::argsort", "aten::max", "aten::amax", "aten::gather")),
     ("cache reorder", ("aten::index_select", "aten::index", "aten::take", "aten::cat", "aten::copy_")),
 ]
 
