@@ -325,6 +325,8 @@ class TranslateConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Above: what training reads (decode reads model and data too). Below: validation's
+    decoding and the other verbs' sections."""
     valid: ValidConfig = field(default_factory=ValidConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
