@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SMALL, run, run_cli
+from tests.conftest import MULTI30K, SMALL, need, run, run_cli
 from translate.host_memory import COMPILED_PRODUCTS, keep_compiled_products
 from translate.precision import native_bf16
 
@@ -57,6 +57,7 @@ MANY_SHAPES = [o for o in SMALL if not o.startswith(("data.train_split=", "train
 def test_bf16_training_compiles_each_product_once_and_its_memory_stays_flat(tmp_path):
     """Two epochs in bf16 (ONEDNN_VERBOSE lists every compiled product): after the first, no
     product is compiled again and the peak memory stays where the first epoch left it."""
+    need(MULTI30K)
     result = run_cli("train", *MANY_SHAPES, f"train.max_steps={2 * EPOCH}", f"train.log_every={EPOCH}",
                      f"run_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
                      env=dict(os.environ, ONEDNN_VERBOSE="profile_create"), stderr=subprocess.STDOUT, check=True)
