@@ -54,6 +54,7 @@ MANY_SHAPES = [o for o in SMALL if not o.startswith(("data.train_split=", "train
 
 
 @pytest.mark.skipif(not native_bf16(), reason="bf16 products in hardware (AMX, AVX512-BF16): oneDNN's compiled kernels")
+@pytest.mark.slow  # make test-slow: it keeps the default suite under 10 minutes
 def test_bf16_training_compiles_each_product_once_and_its_memory_stays_flat(tmp_path):
     """Two epochs in bf16 (ONEDNN_VERBOSE lists every compiled product): after the first, no
     product is compiled again and the peak memory stays where the first epoch left it."""

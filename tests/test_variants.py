@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -28,6 +29,7 @@ def train_resume_decode(tmp_path: Path, *options: str):
     return overrides
 
 
+@pytest.mark.slow  # make test-slow: it keeps the default suite under 10 minutes
 def test_pre_norm_with_learned_positions_trains_resumes_decodes_and_exports(tmp_path):
     """The checkpoint records the options; the CTranslate2 export (pre-norm, the learned
     table) scores every target token as our model does."""

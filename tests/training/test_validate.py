@@ -3,6 +3,7 @@ checkpoint kept, and early stopping."""
 
 import json
 
+import pytest
 import torch
 
 from tests.conftest import MULTI30K, need, one_line_error, run_cli, train_resumable
@@ -45,6 +46,7 @@ def test_a_target_bleu_needs_validations_with_bleu(tmp_path):
                    "train.target_bleu needs validations with BLEU")
 
 
+@pytest.mark.slow  # make test-slow: it keeps the default suite under 10 minutes
 def test_a_resumed_run_keeps_the_validation_of_its_last_checkpoint(tmp_path):
     """The checkpoint written at a validation's update holds that validation: resumed there, a
     run's tracker is the uninterrupted run's (and checkpoint_best.pt is not overwritten by a
