@@ -49,8 +49,10 @@ def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, second
     processes measured bf16 peaks within 6% of each other (fp32 within 15%: the machine's own
     drift), where all-thread windows spread over 2x (bf16) and 1.5x (fp32)."""
     n = size or (8192 if device.type == "cuda" else 512)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    # Its own generator: measuring leaves the training's random stream (dropout) as it was.
+    generator = torch.Generator(device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
     threads = torch.get_num_threads() if device.type == "cpu" else 1
     if device.type == "cpu":
         torch.set_num_threads(1)

@@ -140,7 +140,8 @@ class Trainer:
         validator = Validator(cfg, data, context)
         resumed = _start(cfg, data, model, model_cfg, optimizer=optimizer, schedule=schedule, precision=precision)
         # What only the loop needs, in this order: dropout's seed, then the peak measurement
-        # (which draws random numbers), then the restored random state of a resumed run.
+        # (its random matrices from a generator of its own), then the restored random state of
+        # a resumed run.
         torch.manual_seed(cfg.train.seed + 1000 * context.rank)  # dropout differs between processes
         log.info(f"model: {model.num_parameters():,} parameters ({model_cfg.layers}+{model_cfg.layers} layers, "
                  f"d_model {model_cfg.d_model}, d_ff {model_cfg.d_ff}, {model_cfg.heads} heads, vocabulary "
