@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The dev sweep that chose config=multi30k: candidate recipes for Multi30k EN-DE on this
+"""The dev sweep that chooses config=multi30k: candidate recipes for Multi30k EN-DE on this
 machine, each trained for the same minutes of a quiet machine, compared on the dev split only.
 
 Minutes are turned into updates once per shape of candidate (a short quiet probe of its updates
