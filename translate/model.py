@@ -277,8 +277,13 @@ class Transformer(nn.Module):
         """Pre-softmax projection with the shared embedding: (..., D) -> (..., V).
 
         The product runs over the padded rows too (an aligned output width); the padding
-        columns are cut off, so they are never predicted and get no gradient."""
-        logits = F.linear(hidden, self.embedding.weight)  # (..., padded V)
+        columns are cut off, so they are never predicted and get no gradient. Decoding's fp32
+        products run on the prepacked weight where prepack_products asked for it."""
+        packed = self.output_packed
+        if packed is not None and PackedWeight.serves(hidden):
+            logits = packed.product(hidden, self.embedding.weight, None)  # (..., padded V)
+        else:
+            logits = F.linear(hidden, self.embedding.weight)  # (..., padded V)
         V = self.cfg.vocab_size
         return logits if logits.size(-1) == V else logits[..., :V]
 
@@ -307,17 +312,7 @@ class Transformer(nn.Module):
             x = layer(x, state.memory, state.src_mask, cache=cache)
         x = self.final_norm(x, self.decoder_norm if self.cfg.norm == Norm.pre else None)
         state.length += 1
-        return F.log_softmax(self.step_logits(x[:, 0]).float(), dim=-1)
-
-    def step_logits(self, hidden: Tensor) -> Tensor:
-        """logits() for decoding: (B, D) -> (B, V), on the prepacked output projection where
-        prepack_products asked for it."""
-        packed = self.output_packed
-        if packed is None or not PackedWeight.serves(hidden):
-            return self.logits(hidden)
-        logits = packed.product(hidden, self.embedding.weight, None)  # (B, padded V)
-        V = self.cfg.vocab_size
-        return logits if logits.size(-1) == V else logits[..., :V]
+        return F.log_softmax(self.logits(x[:, 0]).float(), dim=-1)
 
     def prepack_products(self, output: bool, layers: bool) -> None:
         """Decoding's fp32 products on oneDNN with prepacked weights (PackedWeight): the output
