@@ -15,7 +15,7 @@ PRESETS = ["multi30k_wu2021"]
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_multi30k_preset_trains_decodes_and_scores(tmp_path, cache, preset):
     need(MULTI30K)
-    overrides = [f"config={preset}", "data.train_split=validation", "data.vocab_size=603", "train.max_steps=3",
+    overrides = [f"config={preset}", "data.train_split=validation", "data.vocab_size=603", "train.max_steps=3", "valid.bleu_sentences=10",
                  "train.precision=fp32", f"run_dir={tmp_path}/run", f"data.cache_dir={cache}"]
     run_cli("train", *overrides, check=True)
     sources, references = tmp_path / "in.en", tmp_path / "ref.de"

@@ -57,6 +57,7 @@ def test_pre_norm_with_learned_positions_trains_resumes_decodes_and_exports(tmp_
     assert worst < 1e-4
 
 
+@pytest.mark.slow  # make test-slow: it keeps the default suite under 10 minutes
 def test_per_head_widths_train_resume_decode_and_refuse_an_export_that_cannot_hold_them(tmp_path):
     """Row B's shape (d_k apart from d_model / heads, d_v apart from d_k): CTranslate2 splits
     d_model evenly among heads, so its export says which option it cannot express."""
