@@ -1,6 +1,7 @@
 """Compute accounting (translate.training.flops) against the paper's figures (../shared/PAPER.md),
 the products a real training step runs (counted by torch), and a hand-timed matrix product."""
 
+import json
 import re
 import time
 
@@ -118,3 +119,30 @@ def test_the_peak_says_what_it_is():
     accounting = Accounting(1e9, 0.42e12, None, torch.device("cpu"), peak_dtype=torch.bfloat16)
     assert accounting.peak_label() == "0.42 TFLOP/s bf16 peak"
     assert Accounting(1e9, 1.5e11, None, torch.device("cpu")).peak_label() == "0.15 TFLOP/s fp32 peak"
+
+
+def test_the_peak_is_the_best_this_machine_has_shown(tmp_path, monkeypatch):
+    """Each start-up's measurement joins the record of its machine, instructions, dtype and
+    threads: a slow start-up takes the best one before it; another dtype or a narrower
+    instruction set is a peak of its own; an unreadable record leaves the measurement alone."""
+    from translate.training.flops import machine_peak
+
+    record, cpu = tmp_path / "peaks.json", torch.device("cpu")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert machine_peak(cpu, torch.float32, 2.0e11, record) == (2.0e11, 1)
+    assert machine_peak(cpu, torch.float32, 1.7e11, record) == (2.0e11, 2)  # a slow spell is passed over
+    assert machine_peak(cpu, torch.float32, 2.1e11, record) == (2.1e11, 3)
+    assert machine_peak(cpu, torch.bfloat16, 4.0e11, record) == (4.0e11, 1)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert machine_peak(cpu, torch.float32, 1.5e11, record) == (1.5e11, 1)
+    assert len(json.loads(record.read_text())) == 3
+    record.write_text("{not json")
+    assert machine_peak(cpu, torch.float32, 1.6e11, record) == (1.6e11, 1)
+    assert record.read_text() == "{not json"  # left for the user to look at
+
+
+def test_the_label_says_how_many_start_ups_the_peak_is_the_best_of():
+    from translate.training.flops import Accounting
+
+    accounting = Accounting(1e9, 0.2e12, None, torch.device("cpu"), peak_start_ups=3)
+    assert accounting.peak_label() == "0.20 TFLOP/s fp32 peak (best of 3 start-ups)"

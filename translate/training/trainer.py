@@ -374,8 +374,7 @@ def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed
     lengths = float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
     accounting = Accounting.measure(model_cfg, *lengths, context.device, precision.peak_dtype(), context.world_size,
                                     context.is_main)
-    log.info(f"{accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device peak "
-             f"{accounting.peak_flops / 1e12:.2f} TFLOP/s ({precision.precision})")
+    log.info(f"{accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device {accounting.peak_label()}")
     return accounting
 
 
