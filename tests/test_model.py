@@ -180,6 +180,8 @@ def test_cached_steps_equal_full_forward():
         for t in range(tgt.size(1)):
             torch.testing.assert_close(model.step(tgt[:, t], state), full[:, t], atol=ATOL, rtol=0)
     assert state.length == tgt.size(1)
+    # The encoder-decoder keys and values are laid out once, not copied by every step's products.
+    assert all(c.cross_k.is_contiguous() and c.cross_v.is_contiguous() for c in state.layers)
 
 
 def test_reorder_then_step_equals_step_on_reordered_source():

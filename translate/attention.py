@@ -72,7 +72,9 @@ class MultiHeadAttention(nn.Module):
             q = self.split_heads(self.q_proj(x))  # (B, H, T, K)
             if cache is not None:
                 if cache.cross_k is None:
-                    cache.cross_k, cache.cross_v = self.project_kv(memory)
+                    # Contiguous once: as views of the fused projection, every step's products
+                    # copied them (torch's bmm takes only contiguous batches).
+                    cache.cross_k, cache.cross_v = (t.contiguous() for t in self.project_kv(memory))
                 k, v = cache.cross_k, cache.cross_v  # (B / G, H, S, K): one row per source sentence
                 if cache.group > 1:
                     # The G hypotheses of a sentence attend to the same source: attend as G
