@@ -36,14 +36,16 @@ def test_decoding_products_follow_the_instructions_torch_dispatches_to(monkeypat
 
 
 def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
-    """Translator.from_checkpoint checks the weights by loading them (strictly); building a model
-    on the meta device (checkpoint.check_weights, for the message naming a bad weight) imports
-    torch._dynamo, about a second of every decode's start-up, so it runs only for a checkpoint
-    that does not load (tests/test_faults.py: each damage named, through decode and export)."""
+    """Translator.from_checkpoint checks the weights by loading them (strictly), and nothing on
+    the way imports torch._dynamo (about a second of every decode's start-up): neither loading
+    nor checkpoint.check_weights, which names a bad weight (tests/test_faults.py: each damage
+    named, through decode and export) and checks every resume and average."""
     path = run_dir_of(trained_run) / "checkpoint_last.pt"
     code = (
         "import sys; from pathlib import Path; from translate.translator import Translator\n"
         f"t = Translator.from_checkpoint(Path({str(path)!r}))\n"
+        "from translate import checkpoint\n"
+        "checkpoint.check_weights(Path('x'), t.model.state_dict(), t.model.cfg)\n"
         "print(t.translate(['A man is walking.'])[0]); print('torch._dynamo' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

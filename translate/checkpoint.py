@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from translate import paths
 from translate.config import ModelConfig, from_plain, to_plain
@@ -126,7 +127,7 @@ def vocabulary(payload: Dict[str, Any], path: Optional[Path] = None) -> Vocabula
 def check_weights(path: Path, state: Any, model_cfg: ModelConfig) -> None:
     """The weights (a state_dict) have every name of the model model_cfg describes, no other,
     each a tensor of the model's shape: else one TranslateError line naming the weight."""
-    with torch.device("meta"):  # shapes only: nothing is allocated or initialized for real
+    with _ShapesOnly():  # shapes only: the weights are never filled, so their pages never touched
         expected = {name: tensor.shape for name, tensor in Transformer(model_cfg).state_dict().items()}
     if not isinstance(state, dict):
         raise TranslateError(f"{path}: its weights (model) are not a state_dict: the checkpoint is damaged")
@@ -141,6 +142,21 @@ def check_weights(path: Path, state: Any, model_cfg: ModelConfig) -> None:
             found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise TranslateError(f"{path}: weight {name} is {found}, but its model settings need {tuple(shape)}: "
                                  "the checkpoint is damaged")
+
+
+class _ShapesOnly(TorchFunctionMode):
+    """Skips every in-place fill (the layers' initializers): building a model for its weights'
+    shapes then allocates memory it never touches. The meta device, which would allocate
+    nothing, routes its operations through torch's compiler, whose first use imports
+    torch._dynamo: a second of every resume and average, for nothing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by name
+        name = getattr(func, "__name__", "")
+        if isinstance(target, torch.Tensor) and name.endswith("_") and not name.startswith("__"):
+            return target
+        return func(*args, **kwargs)
 
 
 def describe_difference(saved: ModelConfig, wanted: ModelConfig) -> str:

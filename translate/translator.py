@@ -69,8 +69,7 @@ class Translator:
         try:  # strict: every name, no other, each of the model's shape
             model.load_state_dict(payload["model"])
         except (RuntimeError, TypeError, AttributeError) as error:
-            # check_weights names the weight at fault; run only then, as its model on the meta
-            # device imports torch's compiler, a second of every decode's start-up.
+            # check_weights names the weight at fault (it builds a second model for the shapes).
             checkpoint.check_weights(path, payload["model"], model_cfg)
             raise TranslateError(f"{path}: its weights do not fit its model settings: {error}") from None
         model.eval()
