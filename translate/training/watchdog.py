@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch.distributed as dist
 
@@ -89,20 +89,18 @@ class Watchdog:
 
     def stalled(self) -> Optional[str]:
         """The line for the first peer silent for `timeout` seconds, or None."""
-        peer = self._silent()
-        if peer is None:
-            return None
-        rank, silent = self._rank_of(peer), time.monotonic() - peer.heard
+        found = self._silent()
+        return None if found is None else self._stall_line(*found)
+
+    def _stall_line(self, rank: int, peer: Peer) -> str:
         where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
-        return (f"rank {rank}{where} stopped answering {silent:.0f} s ago while {peer.doing}; rank {self.rank} "
-                f"stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
+        return (f"rank {rank}{where} stopped answering {time.monotonic() - peer.heard:.0f} s ago while {peer.doing}; "
+                f"rank {self.rank} stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
 
-    def _silent(self) -> Optional[Peer]:
+    def _silent(self) -> Optional[Tuple[int, Peer]]:
+        """The first peer (its rank, and it) silent for `timeout` seconds that has not ended."""
         now = time.monotonic()
-        return next((p for p in self.peers.values() if now - p.heard >= self.timeout and not p.done), None)
-
-    def _rank_of(self, peer: Peer) -> int:
-        return next(rank for rank, p in self.peers.items() if p is peer)
+        return next(((rank, p) for rank, p in self.peers.items() if now - p.heard >= self.timeout and not p.done), None)
 
     def explain(self) -> Optional[str]:
         """After a collective failed: the line for a peer that died (on this host: its process is
@@ -135,9 +133,9 @@ class Watchdog:
                     listened = time.monotonic()
             except Exception:  # the store's server (torchrun's agent, or rank 0) is gone: no one is heard
                 pass
-            line = self.stalled()
-            if line is not None and not self.stop.is_set():
-                self._end(line, self._silent())
+            found = self._silent()
+            if found is not None and not self.stop.is_set():
+                self._end(self._stall_line(*found), found[1])
             distributed.changed.wait(self.interval)  # a beat a second, and one at each change of phase
 
     def _listen(self) -> None:
