@@ -17,8 +17,9 @@ On the same checkpoint and the same real test sentences (default: the Multi30k t
     saying so, where the anchor or its checkpoint is missing. Its model is not ours, so
     outputs differ in length: compare target tokens/s (output pieces + EOS per sentence).
 Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal
-quality, and others_cpu_s: the CPU seconds other processes took meanwhile (near 0 when the
-machine was quiet). Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
+quality, others_cpu_s: the CPU seconds other processes took meanwhile (near 0 when the
+machine was quiet), and steal_s: the CPU seconds the hypervisor gave to other machines while
+this one wanted them (a neighbour's slowdown, which no process here shows). Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
 To compare CPU kinds on one machine, force both sides down, e.g. to AVX2:
 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 CT2_FORCE_CPU_ISA=AVX2.
 
@@ -100,23 +101,29 @@ class Stopwatch:
     0 on a quiet machine; on a shared one, a measurement another process slowed shows it."""
 
     def __enter__(self) -> "Stopwatch":
-        self.started, self.busy, self.own = time.perf_counter(), _busy_cpu_seconds(), _own_cpu_seconds()
+        self.started, self.own = time.perf_counter(), _own_cpu_seconds()
+        self.busy, self.steal = _busy_cpu_seconds()
         return self
 
     def __exit__(self, *exc) -> None:
         self.seconds = time.perf_counter() - self.started
-        busy = _busy_cpu_seconds() - self.busy
+        busy, steal = _busy_cpu_seconds()
+        busy -= self.busy
         self.others = round(max(0.0, busy - (_own_cpu_seconds() - self.own)), 1) if busy >= 0 else None
+        self.stolen = round(steal - self.steal, 1) if steal >= 0 else None
 
 
-def _busy_cpu_seconds() -> float:
-    """CPU seconds all cores spent busy since boot (Linux; -1 elsewhere)."""
+def _busy_cpu_seconds() -> Tuple[float, float]:
+    """CPU seconds all cores spent busy since boot, and those the hypervisor gave to other
+    machines while this one wanted to run (steal: a neighbour slowing a measurement, which no
+    process here shows). Linux; -1 elsewhere."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
-        return -1.0
-    user, nice, system, _, _, irq, softirq = (int(x) for x in fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+        return -1.0, -1.0
+    user, nice, system, _, _, irq, softirq, steal = (int(x) for x in fields[:8])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
 def _own_cpu_seconds() -> float:
@@ -127,7 +134,7 @@ def _own_cpu_seconds() -> float:
 def measure(name: str, translate, sources: List[str], references: List[str], **extra) -> dict:
     with Stopwatch() as watch:
         hypotheses = translate(sources)
-    return report(name, hypotheses, references, watch.seconds, others_cpu_s=watch.others, **extra)
+    return report(name, hypotheses, references, watch.seconds, others_cpu_s=watch.others, steal_s=watch.stolen, **extra)
 
 
 def report(name, hypotheses, references, seconds, tokenizer=None, emitted=True, **extra) -> dict:
@@ -186,9 +193,9 @@ def ctranslate2_process(folder: str, sources: List[str], references: List[str], 
                                    text=True)
         hypotheses = out.read_text(encoding="utf-8").splitlines()
     call = report(name, hypotheses, references, float(child.stdout.split()[-1]), tokenizer=encode,
-                  others_cpu_s=watch.others, beam_size=d.beam_size, **extra)
+                  others_cpu_s=watch.others, steal_s=watch.stolen, beam_size=d.beam_size, **extra)
     process = report(name.replace("one_call", "process"), hypotheses, references, watch.seconds, tokenizer=encode,
-                     others_cpu_s=watch.others, emitted=False, **extra)
+                     others_cpu_s=watch.others, steal_s=watch.stolen, emitted=False, **extra)
     return call, process
 
 
@@ -232,7 +239,7 @@ def cli_process(args, sources: List[str], references: List[str], encode, length_
                             f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
-        return report("cli_process", hypotheses, references, watch.seconds, tokenizer=encode, others_cpu_s=watch.others)
+        return report("cli_process", hypotheses, references, watch.seconds, tokenizer=encode, others_cpu_s=watch.others, steal_s=watch.stolen)
 
 
 def ratio(ours: dict, theirs: dict, key: str) -> float:
