@@ -35,6 +35,7 @@ from typing import Dict, List
 from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit
 
 from translate.metrics import corpus_bleu, lowercased_tokenized_bleu
+from translate.precision import cpu_model
 
 RAW = ROOT.parent / "shared" / "data" / "raw" / "multi30k-task1-raw"
 # Our split names and the raw files of the same test sets (what fairseq translates).
@@ -134,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    emit(measurement="machine", cpu=cpu_name(), date=time.strftime("%Y-%m-%d %H:%M"))
+    emit(measurement="machine", cpu=cpu_model(), date=time.strftime("%Y-%m-%d %H:%M"))
     if args.with_ours:
         ours(folder, args.minutes, args.preset, train=not args.score_only)
     if args.with_fairseq:
@@ -142,13 +143,6 @@ def main() -> None:
             fairseq(folder, args.minutes, train=not args.score_only)
         else:
             emit(measurement="multi30k_summary", trainer="fairseq", skipped=NOT_BUILT)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

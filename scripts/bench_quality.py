@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from translate.config import DecodeConfig
 from translate.data.loading import load_corpus
 from translate.translator import Translator
 from translate.hydra_cli import load_config
+from translate.precision import cpu_model
 
 
 @dataclass
@@ -199,7 +199,7 @@ def main() -> None:
             scored(run_dir, run_dir.name, args.threads)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    emit(measurement="machine", cpu=_cpu(), threads=args.threads, minutes=args.minutes, every=args.every)
+    emit(measurement="machine", cpu=cpu_model(), threads=args.threads, minutes=args.minutes, every=args.every)
     curves = [] if args.no_fairseq else [c for c in [fairseq_curve(args.minutes, args.every, args.threads)] if c]
     curves += [our_curve(p, args.minutes, args.every, args.threads, args.out) for p in args.ours.split(",")]
     for empty in [c for c in curves if not c.points]:
@@ -216,14 +216,6 @@ def main() -> None:
     drawn = draw(curves, args.out / "curves.png")
     if drawn:
         print(f"curves: {drawn}", file=sys.stderr)
-
-
-def _cpu() -> str:
-    """The CPU's model name (lscpu's), for the figures' record."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if os.path.exists("/proc/cpuinfo") else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

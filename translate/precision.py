@@ -54,6 +54,22 @@ def resolved(precision: Precision, device: torch.device) -> Precision:
 _BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
 
 
+def _cpuinfo_field(names) -> Optional[str]:
+    """The value of the first /proc/cpuinfo line naming one of `names` (Linux), else None."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1] for line in lines if line.startswith(names)), None)
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as lscpu names it ("AMD EPYC"), for records of where figures were
+    measured; "unknown" where the system does not say."""
+    name = _cpuinfo_field(("model name",))
+    return name.strip() if name else (platform.processor() or "unknown")
+
+
 @functools.lru_cache(maxsize=None)
 def native_bf16() -> bool:
     """Whether this machine's CPU computes bf16 matrix products in hardware, from Linux's
@@ -61,11 +77,5 @@ def native_bf16() -> bool:
     faster in bf16 than in fp32; on CPUs without, bf16 is emulated and slower than fp32."""
     if platform.system() != "Linux":
         return False
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return bool(_BF16_FLAGS & set(line.split(":", 1)[1].split()))
-    return False
+    flags = _cpuinfo_field(("flags", "Features"))
+    return flags is not None and bool(_BF16_FLAGS & set(flags.split()))

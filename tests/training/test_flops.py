@@ -127,7 +127,7 @@ def test_the_peak_is_the_best_this_machine_has_shown(tmp_path, monkeypatch):
     instruction set is a peak of its own; an unreadable record leaves the measurement alone."""
     from translate.training.flops import machine_peak
 
-    record, cpu = tmp_path / "peaks.json", torch.device("cpu")
+    record, cpu = tmp_path / "cache" / "translate" / "peaks.json", torch.device("cpu")  # its folder made on first use
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert machine_peak(cpu, torch.float32, 2.0e11, record) == (2.0e11, 1)
     assert machine_peak(cpu, torch.float32, 1.7e11, record) == (2.0e11, 2)  # a slow spell is passed over

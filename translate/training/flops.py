@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from torch import Tensor
 from translate.config import ModelConfig
 from translate.errors import TranslateError
 from translate.paths import atomic_write
+from translate.precision import cpu_model
 
 # Seconds of start-up the peak's measurement (matmul_peak) takes.
 PEAK_SECONDS = 1.25
@@ -113,8 +113,7 @@ def machine_peak(device: torch.device, dtype: torch.dtype, measured: float,
         return measured, 1
     records[key] = (best, start_ups)
     try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(record) as out:
+        with atomic_write(record) as out:  # creates the folder
             json.dump(records, out, indent=1)
     except (OSError, TranslateError):
         pass
@@ -131,15 +130,9 @@ def _machine_key(device: torch.device, dtype: torch.dtype) -> str:
     and the threads; on a GPU, its name."""
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} | {dtype}"
-    processor = platform.processor()
-    try:
-        processor = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     limits = "".join(f" {name}={os.environ[name]}" for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
                      if os.environ.get(name))
-    return f"{processor} | {torch.backends.cpu.get_cpu_capability()}{limits} | {dtype} | {torch.get_num_threads()} threads"
+    return f"{cpu_model()} | {torch.backends.cpu.get_cpu_capability()}{limits} | {dtype} | {torch.get_num_threads()} threads"
 
 
 def _synchronize(device: torch.device) -> None:
