@@ -19,7 +19,8 @@ On the same checkpoint and the same real test sentences (default: the Multi30k t
 Each line carries sentences/s, target tokens/s and sacreBLEU, so speed is compared at equal
 quality, others_cpu_s: the CPU seconds other processes took meanwhile (near 0 when the
 machine was quiet), and steal_s: the CPU seconds the hypervisor gave to other machines while
-this one wanted them (a neighbour's slowdown, which no process here shows). Rounds interleave ours, CTranslate2, the whole process and fairseq-generate.
+this one wanted them (a neighbour's slowdown, which no process here shows). Rounds interleave
+ours, CTranslate2, the whole process and fairseq-generate.
 To compare CPU kinds on one machine, force both sides down, e.g. to AVX2:
 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 CT2_FORCE_CPU_ISA=AVX2.
 
@@ -112,6 +113,10 @@ class Stopwatch:
         self.others = round(max(0.0, busy - (_own_cpu_seconds() - self.own)), 1) if busy >= 0 else None
         self.stolen = round(steal - self.steal, 1) if steal >= 0 else None
 
+    def load(self) -> dict:
+        """What else took the CPU meanwhile, as each measurement's line reports it."""
+        return {"others_cpu_s": self.others, "steal_s": self.stolen}
+
 
 def _busy_cpu_seconds() -> Tuple[float, float]:
     """CPU seconds all cores spent busy since boot, and those the hypervisor gave to other
@@ -134,7 +139,7 @@ def _own_cpu_seconds() -> float:
 def measure(name: str, translate, sources: List[str], references: List[str], **extra) -> dict:
     with Stopwatch() as watch:
         hypotheses = translate(sources)
-    return report(name, hypotheses, references, watch.seconds, others_cpu_s=watch.others, steal_s=watch.stolen, **extra)
+    return report(name, hypotheses, references, watch.seconds, **watch.load(), **extra)
 
 
 def report(name, hypotheses, references, seconds, tokenizer=None, emitted=True, **extra) -> dict:
@@ -193,9 +198,9 @@ def ctranslate2_process(folder: str, sources: List[str], references: List[str], 
                                    text=True)
         hypotheses = out.read_text(encoding="utf-8").splitlines()
     call = report(name, hypotheses, references, float(child.stdout.split()[-1]), tokenizer=encode,
-                  others_cpu_s=watch.others, steal_s=watch.stolen, beam_size=d.beam_size, **extra)
+                  **watch.load(), beam_size=d.beam_size, **extra)
     process = report(name.replace("one_call", "process"), hypotheses, references, watch.seconds, tokenizer=encode,
-                     others_cpu_s=watch.others, steal_s=watch.stolen, emitted=False, **extra)
+                     **watch.load(), emitted=False, **extra)
     return call, process
 
 
@@ -239,7 +244,7 @@ def cli_process(args, sources: List[str], references: List[str], encode, length_
                             f"run_dir={folder}/run"], check=True, cwd=ROOT, capture_output=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         hypotheses = (Path(folder) / "out.txt").read_text(encoding="utf-8").splitlines()
-        return report("cli_process", hypotheses, references, watch.seconds, tokenizer=encode, others_cpu_s=watch.others, steal_s=watch.stolen)
+        return report("cli_process", hypotheses, references, watch.seconds, tokenizer=encode, **watch.load())
 
 
 def ratio(ours: dict, theirs: dict, key: str) -> float:
