@@ -39,6 +39,13 @@ class Norm(Choice):
     pre = "pre"  # x + Sublayer(LayerNorm(x)), and a final LayerNorm per stack (Xiong et al. 2020)
 
 
+class Decay(Choice):
+    """How the learning rate falls after its warmup."""
+
+    inverse_sqrt = "inverse_sqrt"  # the paper's n^-0.5 (section 5.3): for runs of no set length
+    linear = "linear"  # to zero just past train.max_steps (fairseq's polynomial_decay, power 1): for a budget of updates
+
+
 class Precision(Choice):
     auto = "auto"  # bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16), fp32 on other CPUs
     fp32 = "fp32"

@@ -15,7 +15,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
 
-from translate.choices import (BleuFormat, ExportFormat, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
+from translate.choices import (BleuFormat, Decay, ExportFormat, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
                                ValidMetric, VocabType)
 
 T = TypeVar("T")
@@ -118,8 +118,9 @@ class OptimConfig:
 
     betas: List[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2
     eps: float = 1e-9  # Adam epsilon
-    warmup_steps: int = 4000  # linear warmup, then inverse square root decay (updates)
+    warmup_steps: int = 4000  # linear warmup to the peak lr_scale * d_model^-0.5 * warmup^-0.5 (updates)
     lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    decay: Decay = Decay.inverse_sqrt  # after the warmup: the paper's step^-0.5, or linear to zero at train.max_steps
     clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
 
 

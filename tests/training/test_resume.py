@@ -100,10 +100,10 @@ def ctrl_c_in_update_8(times: int) -> str:
 def as_written_before_the_schedule_class(path) -> None:
     """Rewrite a checkpoint's schedule state as the LambdaLR that older checkpoints hold (its
     last_epoch counted the applied updates)."""
-    from translate.training.schedule import InverseSquareRootSchedule
+    from translate.training.schedule import LearningRateSchedule
 
     payload = torch.load(path, map_location="cpu", weights_only=False)
-    schedule = InverseSquareRootSchedule(32, 20)
+    schedule = LearningRateSchedule(32, 20)
     optimizer = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0)
     lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: schedule.rate_at(done + 1))
     for _ in range(payload["step"]):
@@ -158,3 +158,20 @@ def test_ctrl_c_under_torchrun_saves_once_for_all_ranks(tmp_path):
     assert stderr.count("stopped by SIGINT at update") == 2, stderr
     payload = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
     assert payload["step"] >= 5 and len(payload["processes"]) == 2
+
+
+def test_a_linear_decay_resumed_with_another_max_steps_is_refused(tmp_path):
+    """A linear decay ends at train.max_steps: resuming with another would bend the line. The
+    paper's decay has no end, so there a longer run may resume."""
+    from translate.choices import Decay
+    from translate.config import OptimConfig, to_plain
+    from translate.errors import TranslateError
+    from translate.training.resume import check_same_settings
+
+    linear = OptimConfig(decay=Decay.linear)
+    payload = {"config": {"optim": to_plain(linear), "train": {"max_steps": 100}}}
+    check_same_settings(tmp_path, payload, linear, 100)
+    with pytest.raises(TranslateError, match=r"train.max_steps=200 \(saved: 100, where optim.decay=linear ends\)"):
+        check_same_settings(tmp_path, payload, linear, 200)
+    paper = {"config": {"optim": to_plain(OptimConfig()), "train": {"max_steps": 100}}}
+    check_same_settings(tmp_path, paper, OptimConfig(), 200)

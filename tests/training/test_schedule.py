@@ -1,37 +1,40 @@
-"""The learning-rate schedule (translate.training.schedule) against the paper's formula: each
-update's rate on the device, a step back, a dropped update, and its state (the old one too)."""
+"""The learning-rate schedule (translate.training.schedule) against the paper's formula and
+fairseq's linear decay: each update's rate on the device, a step back, a dropped update, and its
+state (the old one too)."""
 
 import math
+import re
 
 import pytest
 import torch
 
-from tests.conftest import noam
-from translate.training.schedule import InverseSquareRootSchedule
+from tests.conftest import FEW, MULTI30K, need, noam, run_cli
+from translate.choices import Decay
+from translate.training.schedule import LearningRateSchedule
 
 
 @pytest.mark.parametrize("step", [1, 4000, 8000])
 def test_rate_equals_the_formula(step):
-    assert InverseSquareRootSchedule(512, 4000).rate_at(step) == noam(step)
+    assert LearningRateSchedule(512, 4000).rate_at(step) == noam(step)
 
 
 def test_rate_values_by_hand():
-    schedule = InverseSquareRootSchedule(512, 4000)
+    schedule = LearningRateSchedule(512, 4000)
     assert schedule.rate_at(1) == pytest.approx(1 / math.sqrt(512) / 4000**1.5)
     assert schedule.rate_at(4000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(4000))  # the peak
     assert schedule.rate_at(8000) == pytest.approx(1 / math.sqrt(512) / math.sqrt(8000))
-    assert InverseSquareRootSchedule(512, 4000, lr_scale=2.0).rate_at(4000) == pytest.approx(2 / math.sqrt(512) / math.sqrt(4000))
+    assert LearningRateSchedule(512, 4000, lr_scale=2.0).rate_at(4000) == pytest.approx(2 / math.sqrt(512) / math.sqrt(4000))
 
 
 def test_the_device_rate_of_every_update_is_the_formula_exactly():
-    schedule = InverseSquareRootSchedule(512, 10, updates=30)
+    schedule = LearningRateSchedule(512, 10, updates=30)
     for update in range(1, 35):  # past the table: its last rate
         assert schedule.rate().item() == noam(min(update, 31), 512, 10)
         schedule.step()
 
 
 def test_taking_a_step_back_restores_the_exact_rate():
-    schedule = InverseSquareRootSchedule(256, 7, updates=20)
+    schedule = LearningRateSchedule(256, 7, updates=20)
     rates = []
     for _ in range(9):
         rates.append(schedule.rate().item())
@@ -44,7 +47,7 @@ def test_taking_a_step_back_restores_the_exact_rate():
 
 
 def test_a_dropped_update_leaves_the_schedule_where_it_was():
-    schedule = InverseSquareRootSchedule(512, 10, updates=20)
+    schedule = LearningRateSchedule(512, 10, updates=20)
     schedule.step()
     before = schedule.rate().item()
     schedule.step(dropped=torch.tensor(True))  # flagged on the device: not counted
@@ -54,10 +57,10 @@ def test_a_dropped_update_leaves_the_schedule_where_it_was():
 
 
 def test_schedule_state_round_trip_and_the_old_lambdalr_state():
-    schedule = InverseSquareRootSchedule(512, 10, updates=20)
+    schedule = LearningRateSchedule(512, 10, updates=20)
     for _ in range(5):
         schedule.step()
-    restored = InverseSquareRootSchedule(512, 10, updates=20)
+    restored = LearningRateSchedule(512, 10, updates=20)
     restored.load_state_dict(schedule.state_dict())
     assert restored.rate().item() == schedule.rate().item() == noam(6, 512, 10)
     # Checkpoints written before the schedule class held a LambdaLR's state: its last_epoch
@@ -67,6 +70,47 @@ def test_schedule_state_round_trip_and_the_old_lambdalr_state():
     for _ in range(5):
         optimizer.step()
         lambda_lr.step()
-    old = InverseSquareRootSchedule(512, 10, updates=20)
+    old = LearningRateSchedule(512, 10, updates=20)
     old.load_state_dict(lambda_lr.state_dict())
     assert old.rate().item() == optimizer.param_groups[0]["lr"]
+
+
+def test_linear_decay_by_hand():
+    """The same warmup and peak as the paper's, then a straight line to zero one past the last
+    update: 128 wide, 4 warmup updates, 10 updates in all, lr_scale 2."""
+    schedule = LearningRateSchedule(128, 4, lr_scale=2.0, updates=10, decay=Decay.linear)
+    peak = 2 / math.sqrt(128) / math.sqrt(4)
+    assert schedule.rate_at(2) == pytest.approx(peak * 2 / 4) == pytest.approx(noam(2, 128, 4, 2.0))  # warming up
+    assert schedule.rate_at(4) == pytest.approx(peak)
+    assert schedule.rate_at(5) == pytest.approx(peak * 6 / 7)  # (10 + 1 - 5) / (10 + 1 - 4)
+    assert schedule.rate_at(10) == pytest.approx(peak / 7)  # the last update still learns
+    assert schedule.rate_at(11) == schedule.rate_at(50) == 0.0
+
+
+def test_linear_decay_is_fairseqs_polynomial_decay_of_power_one():
+    """fairseq's polynomial_decay (end_learning_rate 0, power 1) with its total_num_update one
+    past ours: lr = peak * (1 - (n - warmup) / (total - warmup)) after the warmup."""
+    warmup, updates, peak = 400, 3000, 0.005
+    schedule = LearningRateSchedule(128, warmup, lr_scale=peak * math.sqrt(128 * warmup), updates=updates,
+                                    decay=Decay.linear)
+    total = updates + 1
+    for n in (401, 1000, 2999, 3000):
+        assert schedule.rate_at(n) == pytest.approx(peak * (1 - (n - warmup) / (total - warmup)))
+    rates = [schedule.rate_at(n) for n in range(warmup, updates + 1)]
+    assert all(later < earlier for earlier, later in zip(rates, rates[1:]))  # falls at every update
+
+
+def test_the_schedules_settings_are_in_its_state():
+    state = LearningRateSchedule(128, 4, updates=10, decay=Decay.linear).state_dict()
+    assert state["decay"] == "linear" and state["updates"] == 10
+
+
+def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
+    """`translate train optim.decay=linear`: each update's logged rate is the hand-computed
+    line (d_model 32, warmup 2, 6 updates: peak 32^-0.5 * 2^-0.5 = 0.125, then 0.125 * (7 - n) / 5)."""
+    need(MULTI30K)
+    result = run_cli("train", *FEW, "optim.warmup_steps=2", "optim.decay=linear", "train.max_steps=6",
+                     "valid.every_steps=0", f"run_dir={tmp_path}/run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", result.stderr + result.stdout)}
+    assert rates == pytest.approx({1: 0.0625, 2: 0.125, 3: 0.1, 4: 0.075, 5: 0.05, 6: 0.025}, rel=1e-2)

@@ -90,7 +90,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     schedule as they were (the fused kernel's found_inf, GradScaler, or the host check of
     other optimizers), and lower the fp16 loss scale."""
     from translate.training.optim import Adam
-    from translate.training.schedule import InverseSquareRootSchedule
+    from translate.training.schedule import LearningRateSchedule
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
@@ -122,7 +122,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     assert scaler.get_scale() < 1024.0  # the scale backs off on non-finite gradients
     drop(scaler, gradient=1e38)  # every gradient finite, their norm not: dropped as well
     optimizer = Adam(model.parameters(), lr=0.0, foreach=True)  # no found_inf: the host checks
-    schedule = InverseSquareRootSchedule(4, 4000, updates=10)
+    schedule = LearningRateSchedule(4, 4000, updates=10)
     model(torch.ones(1, 3)).sum().backward()
     apply_update(model, optimizer, schedule, None, 0.0)  # one real step, so that Adam has state
     drop()

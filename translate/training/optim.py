@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.optim.adam import adam
 
 from translate.config import OptimConfig
-from translate.training.schedule import InverseSquareRootSchedule
+from translate.training.schedule import LearningRateSchedule
 
 
 class Adam(torch.optim.Adam):
@@ -48,7 +48,7 @@ class Adam(torch.optim.Adam):
 
 def build_optimizer(
     model: nn.Module, cfg: OptimConfig, d_model: int, updates: int, device: torch.device = torch.device("cpu")
-) -> Tuple[Adam, InverseSquareRootSchedule]:
+) -> Tuple[Adam, LearningRateSchedule]:
     """Adam(beta1, beta2, eps) and the schedule that gives its rate for each of `updates` updates."""
     beta1, beta2 = cfg.betas
     # lr: unused, the schedule gives every update's rate. Fused (one pass over all parameters)
@@ -57,5 +57,5 @@ def build_optimizer(
         optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, fused=True)
     except (RuntimeError, TypeError):
         optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
-    schedule = InverseSquareRootSchedule(d_model, cfg.warmup_steps, cfg.lr_scale, updates, device)
+    schedule = LearningRateSchedule(d_model, cfg.warmup_steps, cfg.lr_scale, updates, device, cfg.decay)
     return optimizer, schedule

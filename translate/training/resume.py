@@ -16,23 +16,28 @@ from torch import nn
 
 from translate import checkpoint
 from translate.training import distributed
+from translate.choices import Decay
 from translate.config import ModelConfig, OptimConfig, to_plain
 from translate.data.batching import BatchStream
 from translate.data.vocabulary import Vocabulary
 from translate.errors import MissingCheckpoint, TranslateError
 from translate.training.optim import Adam
-from translate.training.schedule import InverseSquareRootSchedule
+from translate.training.schedule import LearningRateSchedule
 from translate.training.validate import Tracker
 
 log = logging.getLogger(__name__)
 
 
-def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig) -> None:
+def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig, max_steps: Optional[int] = None) -> None:
     """Refuse to resume with optimizer or schedule settings other than the checkpoint's: the
-    run would not continue as saved (the schedule would jump, say)."""
+    run would not continue as saved (the schedule would jump, say). A linear decay ends at
+    train.max_steps, so that is one of its settings."""
     saved = payload.get("config", {}).get("optim", {})
     wanted = to_plain(optim)
     differences = [f"optim.{key}={wanted[key]} (saved: {saved[key]})" for key in wanted if key in saved and saved[key] != wanted[key]]
+    saved_steps = payload.get("config", {}).get("train", {}).get("max_steps")
+    if optim.decay == Decay.linear and max_steps is not None and saved_steps not in (None, max_steps):
+        differences.append(f"train.max_steps={max_steps} (saved: {saved_steps}, where optim.decay=linear ends)")
     if differences:
         raise TranslateError(
             f"{path} was trained with other settings: {', '.join(differences)}; a resume continues exactly as saved, "
@@ -41,7 +46,7 @@ def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig)
 
 
 def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, *,
-                        optim: OptimConfig, optimizer: Adam, schedule: InverseSquareRootSchedule,
+                        optim: OptimConfig, optimizer: Adam, schedule: LearningRateSchedule,
                         scaler: Optional["torch.amp.GradScaler"]) -> Optional[Dict[str, Any]]:
     """Restore what checkpoint_last.pt at `path` holds into the model, optimizer, schedule and
     scaler; returns the payload (for the process states), or None where there is none yet.
@@ -51,7 +56,7 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
     except MissingCheckpoint:
         return None
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
-    check_same_settings(path, payload, optim)
+    check_same_settings(path, payload, optim, schedule.updates if schedule is not None else None)
     checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:

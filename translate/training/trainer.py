@@ -37,7 +37,7 @@ from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.precision import MixedPrecision
-from translate.training.schedule import InverseSquareRootSchedule
+from translate.training.schedule import LearningRateSchedule
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.training.validate import Validator
 
@@ -74,7 +74,7 @@ class Learner:
     model_cfg: ModelConfig  # cfg.model completed: vocabulary size, learned positions' rows
     objective: nn.Module
     optimizer: Adam
-    schedule: InverseSquareRootSchedule
+    schedule: LearningRateSchedule
     precision: MixedPrecision
 
 
@@ -354,7 +354,7 @@ def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
 
 
 def _start(cfg: TranslateConfig, data: PreparedData, model: nn.Module, model_cfg: ModelConfig, *, optimizer: Adam,
-           schedule: InverseSquareRootSchedule, precision: MixedPrecision) -> Optional[Dict[str, Any]]:
+           schedule: LearningRateSchedule, precision: MixedPrecision) -> Optional[Dict[str, Any]]:
     """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
     weights, if set); returns the resumed payload."""
     last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT

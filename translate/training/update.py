@@ -18,7 +18,7 @@ from torch import nn
 from translate.training import distributed
 from translate.data.batching import Batch
 from translate.training.optim import Adam
-from translate.training.schedule import InverseSquareRootSchedule
+from translate.training.schedule import LearningRateSchedule
 
 
 class QueuedUpdate:
@@ -123,7 +123,7 @@ def train_step(
 
 
 def apply_update(
-    model: nn.Module, optimizer: Adam, schedule: InverseSquareRootSchedule,
+    model: nn.Module, optimizer: Adam, schedule: LearningRateSchedule,
     scaler: Optional["torch.amp.GradScaler"], clip_norm: float,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The optimizer step after train_step: unscale (fp16), clip, Adam at the schedule's rate,
