@@ -16,7 +16,9 @@ alpha 0.6; the best average is decoded with beam 4 too, and `translate tune` cho
     .venv/bin/python scripts/sweep_multi30k.py --report            # the table, verdicts and figures only
 
 One JSON line per probe, per run, and per dev decode; then one per candidate (the mean and
-standard deviation of its seeds' best dev BLEU) and the table of runs (`translate table`).
+standard deviation of its seeds' best dev BLEU), the table of runs (`translate table`), and
+two figures in --folder: sweep.png, each candidate's dev BLEU with error bars over its seeds,
+and curves.png, its training loss, dev perplexity and greedy dev BLEU (the mean of its seeds).
 Runs that already hold their updates are not trained again, decodes already scored not redone.
 """
 
@@ -33,6 +35,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from table3_mini import row_curves  # each candidate's curves, the mean of its seeds
+
+from translate import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -59,6 +65,9 @@ CANDIDATES["literature-linear"] = [o for o in CANDIDATES["literature"] if not o.
 # only in these share one probe of updates per second.
 RATE_NEUTRAL = ("model.dropout=", "optim.warmup_steps=", "optim.lr_scale=", "optim.decay=")
 AVERAGES = (1, 3, 5, 10)  # the last N numbered checkpoints averaged
+# The error-bar figure's panels: each candidate's mean and standard deviation over its seeds.
+SPREAD_MEASURES = {"dev_bleu_tuned": "dev BLEU, beam 5, tuned alpha", "dev_bleu_beam5_alpha0.6": "dev BLEU, beam 5, alpha 0.6",
+                   "greedy_dev_bleu_last": "greedy dev BLEU, last validation"}
 PROBE_UPDATES = 150
 
 
@@ -200,12 +209,24 @@ def main() -> None:
             runs = list(pool.map(lambda job: train(job[0], job[1], updates[job[0]], folder, threads), jobs))
     with ThreadPoolExecutor(args.parallel) as pool:
         results = dict(zip(jobs, pool.map(lambda run: evaluate(run, threads), runs)))
+    spreads: Dict[str, List["figures.Spread"]] = {measure: [] for measure in SPREAD_MEASURES}
     for name in args.candidates:
         scores = [results[(name, seed)]["dev_bleu_tuned"] for seed in args.seeds]
         emit({"candidate": name, "overrides": CANDIDATES[name], "updates": updates[name], "minutes": args.minutes,
               "seeds": args.seeds, "dev_bleu_tuned_mean": round(statistics.mean(scores), 2),
               "dev_bleu_tuned_std": round(statistics.stdev(scores), 2) if len(scores) > 1 else None})
+        for measure in SPREAD_MEASURES:
+            found = [results[(name, seed)][measure] for seed in args.seeds]
+            spreads[measure].append(figures.Spread(name, statistics.mean(found),
+                                                   statistics.stdev(found) if len(found) > 1 else None))
     print(translate("table", f"table.runs=[{','.join(str(r) for r in runs)}]").stdout)
+    title = f"Multi30k EN-DE dev, {args.minutes:g} minutes' updates each on {cpu_name()}, seeds {args.seeds}"
+    figure = figures.spreads([(label, spreads[measure]) for measure, label in SPREAD_MEASURES.items()],
+                             folder / "sweep.png", title, figures.Size(1400, 600))
+    figures.write_json(figure.with_suffix(".json"), {"title": title, "results": [
+        {"candidate": name, "seed": seed, **result} for (name, seed), result in results.items()]})
+    by_candidate = {name: [run_dir(folder, name, seed) for seed in args.seeds] for name in args.candidates}
+    emit({"figures": [str(figure), str(row_curves(by_candidate, folder / "curves.png", title))]})
 
 
 if __name__ == "__main__":
