@@ -80,3 +80,18 @@ def test_seeds_without_a_twin_stay_rows_of_their_own(tmp_path):
     rows = table.rows(runs)
     assert [(row["model.dropout"], row["train.seed"]) for row in rows] == [(0.1, 1), (0.3, 2)]
     assert "n" not in rows[0] and "dev_loss_std" not in rows[0]
+
+
+def test_test_bleu_is_the_score_of_the_test_splits_decode(tmp_path):
+    """A run's record may hold scores of other files decoded in its run_dir (a sweep scores its
+    dev decodes there): test_bleu is the last score of decode's test output alone, else none."""
+    from translate import run_record, table
+
+    def score(hyp, value):
+        return {"hyp": hyp, "scores": {"sacrebleu": {"value": value}}}
+
+    settings = {"data": {"tgt_lang": "de"}, "decode": {"split": "test"}}
+    run_record.save(tmp_path, {"settings": settings, "scores": [score("decode/test.de", 20.0), score("sweep/dev.de", 30.0)]})
+    assert table.run_rows([tmp_path])[0]["test_bleu"] == 20.0
+    run_record.save(tmp_path, {"settings": settings, "scores": [score("sweep/dev.de", 30.0)]})
+    assert table.run_rows([tmp_path])[0]["test_bleu"] is None

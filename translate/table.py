@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from translate import run_record
+from translate import paths, run_record
 from translate.choices import TableFormat
 from translate.config import TranslateConfig
 from translate.errors import TranslateError
@@ -53,8 +53,7 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     table = []
     for run, record, setting in zip(runs, records, settings):
         valid, training = record.get("valid") or {}, record.get("training", {})
-        scores = record.get("scores") or [{}]
-        test_bleu = scores[-1].get("scores", {}).get("sacrebleu", {}).get("value")
+        test_bleu = _test_bleu(record, setting)
         row = {"run": str(run), **{key: setting.get(key) for key in differing},
                "params": record.get("model", {}).get("parameters"), "updates": training.get("updates"),
                "train_flops": training.get("model_flops"), "dev_loss": valid.get("loss"),
@@ -66,6 +65,15 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
             row["target_updates"] = target.get("update")
         table.append(row)
     return table
+
+
+def _test_bleu(record: Dict[str, Any], setting: Dict[str, Any]) -> Optional[float]:
+    """The sacreBLEU of the run's last scored decode of its test split (decode's default output,
+    decode/<decode.split>.<tgt_lang>); other files scored in its run_dir (a sweep's dev decodes,
+    say) are not its test score."""
+    test = f"{paths.DECODE}/{setting.get('decode.split', 'test')}.{setting.get('data.tgt_lang', 'de')}"
+    found = [score for score in record.get("scores") or [] if score.get("hyp") == test]
+    return found[-1].get("scores", {}).get("sacrebleu", {}).get("value") if found else None
 
 
 def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
