@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 from table3_mini import row_curves  # each candidate's curves, the mean of its seeds
 
 from translate import figures
+from translate.precision import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -115,15 +116,8 @@ def probe(name: str, folder: Path) -> float:
         training = record_of(run)["training"]
         rates[key] = training["updates"] / training["seconds"]
         rates_path.write_text(json.dumps(rates, indent=2) + "\n")
-        emit({"probe": key, "updates_per_second": round(rates[key], 3), "cpu": cpu_name()})
+        emit({"probe": key, "updates_per_second": round(rates[key], 3), "cpu": cpu_model()})
     return rates[key]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run_dir(folder: Path, name: str, seed: int) -> Path:
@@ -220,7 +214,7 @@ def main() -> None:
             spreads[measure].append(figures.Spread(name, statistics.mean(found),
                                                    statistics.stdev(found) if len(found) > 1 else None))
     print(translate("table", f"table.runs=[{','.join(str(r) for r in runs)}]").stdout)
-    title = f"Multi30k EN-DE dev, {args.minutes:g} minutes' updates each on {cpu_name()}, seeds {args.seeds}"
+    title = f"Multi30k EN-DE dev, {args.minutes:g} minutes' updates each on {cpu_model()}, seeds {args.seeds}"
     figure = figures.spreads([(label, spreads[measure]) for measure, label in SPREAD_MEASURES.items()],
                              folder / "sweep.png", title, figures.Size(1400, 600))
     figures.write_json(figure.with_suffix(".json"), {"title": title, "results": [

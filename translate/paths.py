@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Iterator, List, Optional
 
 from translate.choices import PlotKind
@@ -65,7 +65,12 @@ def decode_output(cfg: TranslateConfig) -> Path:
     if cfg.decode.output:
         return Path(cfg.decode.output)
     name = Path(cfg.decode.input).name if cfg.decode.input else cfg.decode.split
-    return Path(cfg.run_dir) / DECODE / f"{name}.{cfg.data.tgt_lang}"
+    return Path(cfg.run_dir) / decoded(name, cfg.data.tgt_lang)
+
+
+def decoded(name: str, tgt_lang: str) -> PurePosixPath:
+    """Where in a run_dir decode writes a split's (or input file's) translations by default."""
+    return PurePosixPath(DECODE) / f"{name}.{tgt_lang}"
 
 
 def decode_reference(cfg: TranslateConfig) -> Path:

@@ -71,7 +71,7 @@ def _test_bleu(record: Dict[str, Any], setting: Dict[str, Any]) -> Optional[floa
     """The sacreBLEU of the run's last scored decode of its test split (decode's default output,
     decode/<decode.split>.<tgt_lang>); other files scored in its run_dir (a sweep's dev decodes,
     say) are not its test score."""
-    test = f"{paths.DECODE}/{setting.get('decode.split', 'test')}.{setting.get('data.tgt_lang', 'de')}"
+    test = str(paths.decoded(setting.get("decode.split", "test"), setting.get("data.tgt_lang", "de")))
     found = [score for score in record.get("scores") or [] if score.get("hyp") == test]
     return found[-1].get("scores", {}).get("sacrebleu", {}).get("value") if found else None
 
