@@ -35,7 +35,7 @@ def train(cfg: TranslateConfig) -> Path:
     # multirun sweep (run one after another in this process) starts clean.
     threads, level = torch.get_num_threads(), package_log.level
     lock = RunLock(Path(cfg.run_dir))
-    watchdog = None
+    watchdog, trainer = None, None
     try:
         if context.distributed and cfg.train.stall_timeout > 0:  # the processes watch each other
             watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
@@ -58,6 +58,11 @@ def train(cfg: TranslateConfig) -> Path:
         distributed.shutdown()
         torch.set_num_threads(threads)
         package_log.setLevel(level)
+        # Last: torchrun sends SIGTERM to every worker once one has died, and a SIGTERM taken
+        # by the default handler while this process tears down would end it before its error's
+        # line (the one that names the dead process) is printed.
+        if trainer is not None:
+            trainer.stop_signals.close()
 
 
 def _raise_named(error: Exception, watchdog: Optional[Watchdog]) -> NoReturn:

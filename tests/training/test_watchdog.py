@@ -6,6 +6,7 @@ has a deadline."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
@@ -13,7 +14,10 @@ import torch.distributed as dist
 
 from tests.conftest import MULTI30K, SMALL, hook_env, in_update, need, run, torchrun
 from translate import checkpoint
-from translate.training import distributed
+from translate import train as train_verb
+from translate.errors import TranslateError
+from translate.training import distributed, resume
+from translate.training.trainer import Trainer
 from translate.training.watchdog import Watchdog
 
 
@@ -105,3 +109,33 @@ def test_a_rank_that_dies_or_stops_ends_the_job_in_time_and_is_named(tmp_path, c
     resumed = run(torchrun("train", *overrides), timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == 12
+
+
+def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monkeypatch):
+    """torchrun sends SIGTERM to every worker once one has died: a worker tearing down after the
+    failed collective must still be catching it, or it dies before printing the line that names
+    the dead one (a flaky CI failure of the test above, SIGKILL case)."""
+    class Failing:  # a Trainer whose run fails, with the real cleanup()
+        stop_signals = None
+
+        class monitor:
+            close = staticmethod(lambda: None)
+
+        def train(self):
+            raise TranslateError("rank 1 died")
+
+        cleanup = Trainer.cleanup
+
+    def setup(cfg, context):
+        trainer = Failing()
+        trainer.stop_signals = resume.StopSignals()
+        return trainer
+
+    handlers = []
+    monkeypatch.setattr(Trainer, "setup", setup)
+    monkeypatch.setattr(distributed, "shutdown", lambda: handlers.append(signal.getsignal(signal.SIGTERM)))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TranslateError, match="rank 1 died"):
+        train_verb.train(compose("train"))
+    assert getattr(handlers[0], "__self__", None).__class__ is resume.StopSignals  # caught while leaving the group
+    assert signal.getsignal(signal.SIGTERM) == before  # and given back at the end

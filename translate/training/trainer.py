@@ -160,7 +160,7 @@ class Trainer:
                           deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
         monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg), previous=previous,
                           first_update=updates, precision=str(precision.precision))
-        # The monitor and the stop signals are closed by cleanup().
+        # cleanup() closes the monitor; the stop signals are the caller's to close (train.train).
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
                    state=state, monitor=monitor, stop_signals=resume.StopSignals())
 
@@ -205,8 +205,8 @@ class Trainer:
 
     def cleanup(self) -> None:
         """Undo what set-up opened in the process, however the run ended (TensorBoard's writer
-        flushes to disk: at most a minute)."""
-        self.stop_signals.close()
+        flushes to disk: at most a minute). The stop signals stay caught: the caller closes them
+        once the process group is gone."""
         distributed.within(60.0, "closing the log and TensorBoard's writer", self.monitor.close)
 
     def settle(self, keep: int = 0) -> bool:
