@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench_fairseq import steady_rate
 
-from translate.host_memory import COMPILED_PRODUCTS
+from translate.core.host_memory import COMPILED_PRODUCTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
@@ -47,7 +47,7 @@ import os, random, sys
 if sys.argv[1] == "off":
     os.environ.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY="0", LRU_CACHE_CAPACITY="16")  # ideep's 0 crashes
 else:
-    from translate.host_memory import keep_compiled_products
+    from translate.core.host_memory import keep_compiled_products
     keep_compiled_products()
 import torch
 torch.set_num_threads(2)

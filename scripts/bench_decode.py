@@ -47,11 +47,11 @@ from typing import List, Tuple
 import torch
 import torch.nn.functional as F
 
-from translate.choices import Precision
+from translate.core.choices import Precision
+from translate.core.precision import native_bf16
 from translate.data.loading import load_corpus
 from translate.hydra_cli import load_config
 from translate.metrics import corpus_bleu
-from translate.precision import native_bf16
 from translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,7 +354,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         ct2_folder = None
         if "ctranslate2" not in args.skip:
-            from translate.export import export
+            from translate.verbs.export import export
 
             ct2_folder = f"{folder}/ct2"
             export(load_config("export", [f"config={args.config}", f"export.checkpoint={args.checkpoint}", f"export.output={ct2_folder}"]))

@@ -31,8 +31,8 @@ from typing import Optional
 
 import torch
 
-from translate.choices import Precision
-from translate.precision import resolved
+from translate.core.choices import Precision
+from translate.core.precision import resolved
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "fairseq"

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from translate.config import ModelConfig, OptimConfig
+from translate.core.config import ModelConfig, OptimConfig
 from translate.data.batching import Batch
 from translate.data.vocabulary import OUR_LAYOUT
 from translate.model import Transformer

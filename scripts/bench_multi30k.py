@@ -34,8 +34,8 @@ from typing import Dict, List
 
 from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit
 
+from translate.core.precision import cpu_model
 from translate.metrics import corpus_bleu, lowercased_tokenized_bleu
-from translate.precision import cpu_model
 
 RAW = ROOT.parent / "shared" / "data" / "raw" / "multi30k-task1-raw"
 # Our split names and the raw files of the same test sets (what fairseq translates).

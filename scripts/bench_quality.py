@@ -35,12 +35,12 @@ from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_e
 import sacrebleu
 import torch
 
-from translate import paths
-from translate.config import DecodeConfig
+from translate.core import paths
+from translate.core.config import DecodeConfig
+from translate.core.precision import cpu_model
 from translate.data.loading import load_corpus
-from translate.translator import Translator
 from translate.hydra_cli import load_config
-from translate.precision import cpu_model
+from translate.translator import Translator
 
 
 @dataclass
@@ -167,10 +167,10 @@ def _minute_grid(*curves: Curve) -> List[float]:
 
 
 def draw(curves: List[Curve], path: Path) -> Optional[Path]:
-    """BLEU against minutes and against updates, one line per trainer (translate.plot)."""
+    """BLEU against minutes and against updates, one line per trainer (translate.verbs.plot)."""
     try:
         from translate import figures
-        from translate.errors import TranslateError
+        from translate.core.errors import TranslateError
 
         series = lambda x: [figures.Series(c.trainer, [p[x] / (60 if x == "seconds" else 1) for p in c.points],
                                         [p["bleu"] for p in c.points]) for c in curves]

@@ -33,9 +33,9 @@ import torch
 
 from translate import averaging
 from translate.data.loading import load_corpus
-from translate.translator import Translator
 from translate.hydra_cli import load_config
 from translate.metrics import corpus_bleu
+from translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def import_transformers() -> None:
 
 def bench_export(overrides: List[str], source: Path, folder: Path) -> None:
     """The export step in this process, then as a whole CLI process (into a second folder)."""
-    from translate.export import export
+    from translate.verbs.export import export
 
     _, seconds = timed(import_transformers)  # the import alone, outside the export
     emit(measurement="import_transformers", seconds=round(seconds, 2))

@@ -26,10 +26,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-from translate.choices import Precision
+from translate.core.choices import Precision
 from translate.data.loading import load_corpus
-from translate.translator import Translator
 from translate.hydra_cli import load_config
+from translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional
 from table3_mini import row_curves  # each candidate's curves, the mean of its seeds
 
 from translate import figures
-from translate.precision import cpu_model
+from translate.core.precision import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"

@@ -34,14 +34,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 
-from translate import figures, paths, plot, table
-from translate.variants import TABLE_3
-from translate import run_record
+from translate import figures
+from translate.core import paths, run_record
+from translate.core.variants import TABLE_3
+from translate.verbs import plot, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT = "default"
-# The rows of Table 3 (translate.variants.TABLE_3) run at the tiny size (d_model 256, 4 heads
+# The rows of Table 3 (translate.core.variants.TABLE_3) run at the tiny size (d_model 256, 4 heads
 # of 64, 3+3 layers): one of each kind the tiny model can show.
 ROWS = ["A h=1", "B d_k=16", "D P_drop=0.0", "E learned positions", "pre-norm"]
 # The paper's Table 3 (newstest2013): dev perplexity and dev BLEU of the rows run here.
@@ -126,7 +127,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=400, help="updates per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of every row")
     parser.add_argument("--rows", nargs="+", default=ROWS, choices=sorted(TABLE_3), metavar="ROW",
-                        help=f"rows of translate.variants.TABLE_3 beside the default (default: {ROWS})")
+                        help=f"rows of translate.core.variants.TABLE_3 beside the default (default: {ROWS})")
     parser.add_argument("--folder", default="runs/table3-mini")
     parser.add_argument("--test", action="store_true", help="also decode the test split (beam 4) and score it")
     args = parser.parse_args()

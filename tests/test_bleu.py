@@ -10,9 +10,9 @@ import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
 from tests.conftest import TEXT, need, one_line_error, run, run_cli
-from translate.errors import TranslateError
-from translate.bleu import variant
+from translate.core.errors import TranslateError
 from translate.metrics import corpus_bleu, corpus_chrf, split_compounds, tokenized_bleu
+from translate.verbs.bleu import variant
 
 PERL_SPLIT = r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"
 AT = " ##AT##-##AT## "
@@ -124,7 +124,7 @@ def test_variant_labels():
 
 
 def test_labels_compare_only_on_newstest2014():
-    from translate.bleu import labels
+    from translate.verbs.bleu import labels
 
     assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 3003)["tokenized_bleu"]
     assert "comparable to the paper's 27.3/28.4" in labels("en", "de", 2737)["tokenized_bleu"]
@@ -247,9 +247,9 @@ def test_only_final_periods_differ_from_sacremoses_on_newstest2014():
 def test_the_report_names_the_tokenized_bleu_of_the_data_sets_literature(tmp_path):
     """Multi30k's papers report lowercased tokenized BLEU, WMT14's the compound-split one: the
     report carries both, and says which this data set's literature uses."""
-    from translate.bleu import labels
-    from translate.choices import LiteratureBleu
+    from translate.core.choices import LiteratureBleu
     from translate.metrics import lowercased_tokenized_bleu
+    from translate.verbs.bleu import labels
 
     multi30k = labels("en", "de", 1000, LiteratureBleu.lowercased)
     assert "the Multi30k literature's" in multi30k["lowercased_tokenized_bleu"]

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, need, one_line_error, run_cli, small_run
-from translate import averaging, checkpoint, paths
-from translate.config import ModelConfig, to_plain
-from translate.errors import TranslateError
+from translate import averaging, checkpoint
+from translate.core import paths
+from translate.core.config import ModelConfig, to_plain
+from translate.core.errors import TranslateError
 from translate.model import Transformer
 
 
@@ -96,9 +97,9 @@ def test_a_pickle_that_would_run_code_is_refused_on_every_load_path(tmp_path, co
     """Resume, init_from, decode, average and export: one line naming the file, and nothing
     in it runs (the file it would create never appears)."""
     from translate.data.vocabulary import Vocabulary
-    from translate.translator import Translator
-    from translate.export import export
     from translate.training.resume import load_training_state, load_weights
+    from translate.translator import Translator
+    from translate.verbs.export import export
 
     marker = tmp_path / "ran"
     evil = planted_checkpoint(tmp_path / "run" / "checkpoint_1.pt", marker)

@@ -106,7 +106,7 @@ def test_a_broken_rule_between_settings_fails_at_start_up():
 def test_big_differs_from_base_by_tables_row_and_its_averaging_alone(compose):
     """The presets state only what differs: big is Table 3's big row, 300K updates, and the
     average of the last 20 checkpoints (section 6.1)."""
-    from translate.config import to_plain
+    from translate.core.config import to_plain
 
     def leaves(tree, prefix=""):
         for key, value in tree.items():
@@ -122,12 +122,12 @@ def test_big_differs_from_base_by_tables_row_and_its_averaging_alone(compose):
 
 
 def test_group_files_state_only_what_differs_from_the_schema():
-    """Each default is stated once, in translate/config.py: a config group's file that restates
+    """Each default is stated once, in translate/core/config.py: a config group's file that restates
     a default (warmup_steps: 4000 in optim/noam.yaml, say) fails here."""
     from dataclasses import fields
     from omegaconf import OmegaConf
 
-    from translate import config
+    from translate.core import config
     from translate.hydra_cli import CONFIG_DIR
 
     schemas = {"model": config.ModelConfig, "data": config.DataConfig, "optim": config.OptimConfig}
@@ -145,9 +145,9 @@ def test_plain_values_come_back_as_the_config_with_its_choices():
     checkpoints keep plain strings, and no field has to be converted by hand where they are read."""
     import dataclasses
 
-    from translate.choices import Choice, Norm, Positions
+    from translate.core.choices import Choice, Norm, Positions
 
-    from translate.config import ModelConfig, from_plain, to_plain
+    from translate.core.config import ModelConfig, from_plain, to_plain
 
     cfg = ModelConfig(d_model=64, heads=2, positions=Positions.learned, norm=Norm.pre, max_positions=9)
     back = from_plain(ModelConfig, to_plain(cfg))

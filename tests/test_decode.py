@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, greedy_reference, need, one_line_error, run_cli, run_dir_of
-from translate.config import DecodeConfig
-from translate.decode import format_output
+from translate.core.config import DecodeConfig
 from translate.search import Symbols
 from translate.translator import Translator
+from translate.verbs.decode import format_output
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_bf16_decoding_runs_the_products_in_bf16_and_stays_near_fp32(translator,
     """decode.precision=bf16: the model's products run in bf16 (seen by a hook) and each step's
     log-probabilities stay within 0.1 of fp32's. (Whole outputs are not compared: this barely
     trained model's flat distributions flip greedy choices at bf16's rounding.)"""
-    from translate.choices import Precision
+    from translate.core.choices import Precision
 
     dtypes = []
     hook = translator.model.decoder_layers[0].feed_forward.w_1.register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
@@ -148,7 +148,7 @@ def test_bf16_decoding_runs_the_products_in_bf16_and_stays_near_fp32(translator,
 
 
 def test_fp16_decoding_is_refused():
-    from translate.choices import Precision
+    from translate.core.choices import Precision
 
     with pytest.raises(ValueError, match="decode.precision=fp16"):
         DecodeConfig(precision=Precision.fp16)

@@ -1,4 +1,4 @@
-"""`translate export` (translate.export): a target written aside, then swapped in whole in
+"""`translate export` (translate.verbs.export): a target written aside, then swapped in whole in
 place of our own export, never of a foreign folder; where it goes; bad requests in one line."""
 
 from tests.conftest import hook_env, one_line_error, run_cli, run_dir_of
@@ -27,7 +27,7 @@ def test_bad_format_foreign_folder_and_missing_checkpoint_are_one_line_errors(tm
 
 
 def test_default_folder_is_under_run_dir(compose, tmp_path):
-    from translate.paths import export_dir
+    from translate.core.paths import export_dir
 
     assert export_dir(compose("export")) == tmp_path / "run" / "export" / "ctranslate2"
     assert export_dir(compose("export", f"export.output={tmp_path}/x")) == tmp_path / "x"

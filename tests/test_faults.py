@@ -122,13 +122,13 @@ def scored(tmp_path) -> list:
                                          (errno.EROFS, "Read-only file system"), (errno.EACCES, "Permission denied")])
 def test_any_error_of_the_operating_system_is_its_path_and_cause(tmp_path, code, cause):
     error = f"OSError({code}, os.strerror({code}), '/some/where/test.de')"
-    hook = RAISE_IN.format(module="translate.bleu", function="score_files", error=error)
+    hook = RAISE_IN.format(module="translate.verbs.bleu", function="score_files", error=error)
     result = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook))
     one_line_error(result, f"translate bleu: error: /some/where/test.de: {cause}")
 
 
 def test_an_unexpected_error_is_one_line_and_its_traceback_on_request(tmp_path):
-    hook = RAISE_IN.format(module="translate.bleu", function="score_files", error="RuntimeError('boom')")
+    hook = RAISE_IN.format(module="translate.verbs.bleu", function="score_files", error="RuntimeError('boom')")
     result = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook))
     one_line_error(result, "RuntimeError: boom", "HYDRA_FULL_ERROR=1 shows its traceback")
     full = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook, HYDRA_FULL_ERROR="1"))
@@ -164,8 +164,8 @@ def flip_one_byte(folder: Path) -> None:
 @pytest.mark.parametrize("damage, named", [(cut_one_token, "train.src_tokens.bin has"),
                                            (flip_one_byte, "train.tgt_tokens.bin does not match its checksum")])
 def test_a_damaged_cache_is_never_loaded(tmp_path, damage, named):
+    from translate.core.errors import DamagedCache
     from translate.data.cache import load
-    from translate.errors import DamagedCache
 
     folder = prepared(tmp_path)
     damage(folder)
@@ -252,7 +252,7 @@ def test_a_damaged_optimizer_state_stops_the_resume_naming_it(tmp_path, trained_
 
 def test_written_files_get_the_umask_mode_or_keep_their_own(tmp_path):
     """atomic_write's temporary file is mkstemp's 0600: the file it becomes must not be."""
-    from translate.paths import atomic_write
+    from translate.core.paths import atomic_write
 
     old = os.umask(0o022)
     try:

@@ -1,4 +1,4 @@
-"""translate.host_memory: freed host memory is reused, not faulted in again page by page;
+"""translate.core.host_memory: freed host memory is reused, not faulted in again page by page;
 bf16 products are compiled once a run, not once an epoch."""
 
 import os
@@ -9,15 +9,15 @@ import sys
 import pytest
 
 from tests.conftest import MULTI30K, SMALL, need, run, run_cli
-from translate.host_memory import COMPILED_PRODUCTS, keep_compiled_products
-from translate.precision import native_bf16
+from translate.core.host_memory import COMPILED_PRODUCTS, keep_compiled_products
+from translate.core.precision import native_bf16
 
 # Page faults of an update-like pattern of large blocks (three tensors of varying size, none
 # larger than the first updates'), after two updates at the largest size.
 PROBE = """
 import random, resource, sys, torch
 if sys.argv[1] == "keep":
-    from translate.host_memory import keep_freed_memory
+    from translate.core.host_memory import keep_freed_memory
     assert keep_freed_memory()
 def update(n):
     a = torch.ones(n); b = torch.ones(n // 2); del a; c = torch.ones(n // 3); del b, c

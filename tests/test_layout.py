@@ -74,8 +74,8 @@ def test_the_layout_names_each_module_and_package() -> None:
 
 def test_the_table_3_page_shows_the_rows_the_code_has():
     """docs/table3.md's table (the rows under its `| row | variant |` header) is
-    translate.variants.TABLE_3, row for row, in its order."""
-    from translate.variants import TABLE_3
+    translate.core.variants.TABLE_3, row for row, in its order."""
+    from translate.core.variants import TABLE_3
 
     lines = (ROOT / "docs" / "table3.md").read_text(encoding="utf-8").splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| row | variant |"))
@@ -86,28 +86,28 @@ def test_the_table_3_page_shows_the_rows_the_code_has():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         shown.append((cells[1], re.findall(r"`([^`]+)`", cells[2]), cells[3]))
     expected = [(name, v.overrides, f"{v.paper_params}M" if v.paper_params else "") for name, v in TABLE_3.items()]
-    assert shown == expected, "docs/table3.md's table differs from translate.variants.TABLE_3"
+    assert shown == expected, "docs/table3.md's table differs from translate.core.variants.TABLE_3"
 
 
 # --- The layers (docs/design.md), held to the code by reading its imports ---------------------
 
 # Each module's floor, from the ground up; a module imports only from floors below its own, or
 # from its own floor where that is not the verbs' (a part may use another part; a verb never
-# uses another verb). A new module gets a floor here, and a line in the README's Layout.
+# uses another verb). The foundations and the verbs are packages of their own (translate/core/,
+# translate/verbs/): a module put there has its floor. Any other new module gets a floor here,
+# and a line in the README's Layout.
 FLOORS = {
-    "foundations": ["translate", "translate.choices", "translate.config", "translate.errors", "translate.variants", "translate.paths",
-                    "translate.precision", "translate.host_memory", "translate.run_record"],
+    "foundations": ["translate", "translate.core"],
     "parts": ["translate.data", "translate.attention", "translate.model", "translate.attention_maps", "translate.search",
               "translate.checkpoint", "translate.averaging", "translate.metrics", "translate.figures"],
     "engines": ["translate.translator", "translate.training", "translate.formats"],
-    "verbs": ["translate.train", "translate.prepare", "translate.decode", "translate.tune", "translate.bleu",
-              "translate.average", "translate.table", "translate.plot", "translate.export"],
+    "verbs": ["translate.verbs"],
     "command line": ["translate.cli", "translate.hydra_cli", "translate.__main__"],
 }
 # Within the engines, the Translator comes first: training validates and the formats export through it.
 ENGINE_ORDER = ["translate.translator", "translate.formats", "translate.training"]
-VERBS = FLOORS["verbs"]
-TRAIN_VERB = "translate.train"
+VERBS_PACKAGE = "translate.verbs"  # each module in it is a unit of its own: verbs never import one another
+TRAIN_VERB = "translate.verbs.train"
 MAX_LINES = 400
 MAX_POSITIONAL = 6
 
@@ -140,12 +140,13 @@ def imports_of(path: Path, known: set) -> set:
 
 
 def floor_of(name: str) -> tuple:
-    """(floor number, rank within the engines) of a module: its own entry or its package's."""
+    """(floor number, rank within the engines, unit) of a module: its own entry or its package's.
+    The unit is what may import itself freely: a package, but each verb alone."""
     for number, members in enumerate(FLOORS.values()):
         for member in sorted(members, key=len, reverse=True):
             if name == member or name.startswith(member + ".") and member != "translate":
                 rank = next((i for i, e in enumerate(ENGINE_ORDER) if name == e or name.startswith(e + ".")), 0)
-                return number, rank, member
+                return number, rank, name if member == VERBS_PACKAGE else member
     if name == "translate":
         return 0, 0, "translate"
     raise AssertionError(f"{name} has no floor in tests/test_layout.py FLOORS")
@@ -254,3 +255,13 @@ def test_the_design_page_draws_the_floors_as_they_are() -> None:
             drawn.setdefault(floor, set()).update("translate" + ("" if n == "__init__" else "." + n) for n, _ in names)
     expected = {floor: set(members) - {"translate"} for floor, members in FLOORS.items()}
     assert drawn == expected, f"docs/design.md draws {drawn}, the code has {expected}"
+
+
+def test_each_verb_is_a_module_of_the_verbs_package():
+    """translate/verbs/ holds the command line's verbs, one module each named as the verb, and
+    nothing else; cli.VERBS points at them."""
+    from translate.cli import VERBS
+
+    held = {p.stem for p in (PACKAGE / "verbs").glob("*.py") if p.name not in NOT_NAMED}
+    assert held == set(VERBS), f"translate/verbs/ holds {sorted(held)}, the verbs are {sorted(VERBS)}"
+    assert all(target == f"{VERBS_PACKAGE}.{verb}:{verb}" for verb, (target, _) in VERBS.items()), VERBS

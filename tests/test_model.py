@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from translate.choices import Norm, Positions
+from translate.core.choices import Norm, Positions
 
-from translate.config import ModelConfig
-from translate.variants import TABLE_3
+from translate.core.config import ModelConfig
+from translate.core.variants import TABLE_3
 from translate.model import DecoderLayer, EncoderLayer, PositionalEncoding, Transformer
 
 D, H, FF, N, V = 32, 4, 64, 2, 40
@@ -583,7 +583,7 @@ def test_prepacked_products_serve_fp32_inference_only():
 def test_prepacked_beam_search_finds_torchs_outputs(seed):
     """Beam search (beam 4) and greedy search on the prepacked model give the tokens of the
     model on torch's products."""
-    from translate.config import DecodeConfig
+    from translate.core.config import DecodeConfig
     from translate.search import Symbols, beam_search
 
     plain, packed = prepacked_pair(seed)

@@ -1,4 +1,4 @@
-"""`translate plot` (translate.plot): attention figures whose weights are the model's own, PNGs
+"""`translate plot` (translate.verbs.plot): attention figures whose weights are the model's own, PNGs
 of the size asked, curves that are what the runs recorded, and one line where matplotlib is
 missing."""
 
@@ -18,11 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, need, run_cli, small_run
-from translate import figures, plot
+from translate import figures
 from translate.attention_maps import attention_maps
 from translate.cli import run_verb
-from translate.translator import Translator
 from translate.hydra_cli import load_config
+from translate.translator import Translator
+from translate.verbs import plot
 
 LAYERS = 2  # the figures draw the second: its inputs come through the first
 

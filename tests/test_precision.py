@@ -1,4 +1,4 @@
-"""Mixed precision (translate.precision): bf16 and fp16 training on the CPU."""
+"""Mixed precision (translate.core.precision): bf16 and fp16 training on the CPU."""
 
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ def test_reduced_precision_runs_on_cpu(tmp_path, precision):
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
-    from translate import precision
+    from translate.core import precision
 
     def cpuinfo(flags):
         monkeypatch.setattr(precision.platform, "system", lambda: "Linux")
@@ -38,8 +38,8 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_picks_bf16_on_cpus_that_have_it(monkeypatch, native):
-    from translate.choices import Precision
-    from translate import precision
+    from translate.core import precision
+    from translate.core.choices import Precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda: native)
     chosen = precision.MixedPrecision.on(Precision.auto, torch.device("cpu"))
@@ -83,7 +83,7 @@ def test_bf16_attention_on_cpu_matches_fp32_and_the_fused_kernel(causal):
 def test_bf16_training_loss_matches_fp32():
     """One model's label-smoothed loss and gradients under CPU bf16 autocast against fp32:
     the loss within 1%, the gradients' direction within a cosine of 0.99."""
-    from translate.config import ModelConfig
+    from translate.core.config import ModelConfig
     from translate.model import Transformer
     from translate.training.loss import LabelSmoothedObjective
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import greedy_reference
-from translate.config import DecodeConfig, ModelConfig
+from translate.core.config import DecodeConfig, ModelConfig
 from translate.model import Transformer
 from translate.search import Hypothesis, Symbols, beam_search, length_penalty
 

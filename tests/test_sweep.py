@@ -15,7 +15,7 @@ import os
 if "TRANSLATE_PROBE" in os.environ:
     import json, logging, signal, threading, time
     import torch, torch.distributed as dist
-    import translate.train as t
+    import translate.verbs.train as t
 
     def state():
         threads = sorted(t.name for t in threading.enumerate() if t.name != "tqdm_monitor")  # tqdm's, for good

@@ -1,4 +1,4 @@
-"""`translate table` (translate.table): runs side by side from their run records, as the
+"""`translate table` (translate.verbs.table): runs side by side from their run records, as the
 paper's Table 3."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import statistics
 from pathlib import Path
 
 from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
-from translate import table
-from translate.choices import TableFormat
-from translate.config import TranslateConfig
-from translate import run_record
+from translate.core import run_record
+from translate.core.choices import TableFormat
+from translate.core.config import TranslateConfig
+from translate.verbs import table
 
 
 def test_a_sweeps_runs_side_by_side(tmp_path):
@@ -85,7 +85,8 @@ def test_seeds_without_a_twin_stay_rows_of_their_own(tmp_path):
 def test_test_bleu_is_the_score_of_the_test_splits_decode(tmp_path):
     """A run's record may hold scores of other files decoded in its run_dir (a sweep scores its
     dev decodes there): test_bleu is the last score of decode's test output alone, else none."""
-    from translate import run_record, table
+    from translate.core import run_record
+    from translate.verbs import table
 
     def score(hyp, value):
         return {"hyp": hyp, "scores": {"sacrebleu": {"value": value}}}

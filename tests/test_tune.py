@@ -1,4 +1,4 @@
-"""The length penalty chosen on the dev split (translate.tune): what it records, and that decode
+"""The length penalty chosen on the dev split (translate.verbs.tune): what it records, and that decode
 then uses it unless told otherwise."""
 
 import json
@@ -8,10 +8,10 @@ import shutil
 import sacrebleu
 
 from tests.conftest import MULTI30K, run_cli, run_dir_of
-from translate.config import DecodeConfig
-from translate.translator import Translator
+from translate.core import run_record
+from translate.core.config import DecodeConfig
 from translate.hydra_cli import load_config
-from translate import run_record
+from translate.translator import Translator
 
 
 def copy_of(trained_run, tmp_path):
@@ -60,7 +60,7 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
 def test_alphas_beyond_the_grid_while_its_largest_is_best():
     """A best alpha at the grid's edge: steps of the last spacing beyond it, until one is worse
     or tune.extend_to is passed; none with extend_to=0."""
-    from translate.tune import search_alphas
+    from translate.verbs.tune import search_alphas
 
     def score(alpha):  # sacreBLEU rising to alpha 2.1, falling after
         return {"alpha": alpha, "sacrebleu": 30.0 - abs(alpha - 2.1)}

@@ -12,10 +12,11 @@ from typing import Any, Dict, List
 
 import torch
 
-from translate import checkpoint, paths
-from translate.config import TranslateConfig
+from translate import checkpoint
+from translate.core import paths
+from translate.core.config import TranslateConfig
+from translate.core.errors import MissingCheckpoint, TranslateError
 from translate.data.vocabulary import SpecialIds
-from translate.errors import MissingCheckpoint, TranslateError
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from translate import paths
-from translate.config import ModelConfig, from_plain, to_plain
+from translate.core import paths
+from translate.core.config import ModelConfig, from_plain, to_plain
+from translate.core.errors import MissingCheckpoint, TranslateError, describe, os_error_in
 from translate.data.vocabulary import SpecialIds, Vocabulary
-from translate.errors import MissingCheckpoint, TranslateError, describe, os_error_in
 from translate.model import Transformer
 
 log = logging.getLogger("translate.checkpoint")

@@ -17,9 +17,9 @@ from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from translate import run_record
-from translate.config import TranslateConfig
-from translate.errors import TranslateError, describe, os_error_in
+from translate.core import run_record
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError, describe, os_error_in
 from translate.hydra_cli import (
     CONFIG_DIR,
     HYDRA_QUIET,
@@ -38,15 +38,15 @@ from translate.hydra_cli import (
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
 # so that `translate` alone and `translate bleu` start fast.
 VERBS: Dict[str, tuple] = {
-    "prepare": ("translate.prepare:prepare", "clean, build the vocabulary and encode the corpus once (train does it too)"),
-    "train": ("translate.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
-    "decode": ("translate.decode:decode", "beam-search translation of a test split or a text file"),
-    "tune": ("translate.tune:tune", "choose the length penalty on the dev split (paper, 6.1); decode then uses it"),
-    "bleu": ("translate.bleu:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
-    "average": ("translate.average:average", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
-    "table": ("translate.table:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
-    "plot": ("translate.plot:plot", "attention figures of a sentence (paper, Figures 3-5) or curves of runs (plot.kind=curves)"),
-    "export": ("translate.export:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
+    "prepare": ("translate.verbs.prepare:prepare", "clean, build the vocabulary and encode the corpus once (train does it too)"),
+    "train": ("translate.verbs.train:train", "train a Transformer (teacher forcing, label smoothing, Adam + warmup)"),
+    "decode": ("translate.verbs.decode:decode", "beam-search translation of a test split or a text file"),
+    "tune": ("translate.verbs.tune:tune", "choose the length penalty on the dev split (paper, 6.1); decode then uses it"),
+    "bleu": ("translate.verbs.bleu:bleu", "sacreBLEU, chrF and tokenized BLEU of decode's output"),
+    "average": ("translate.verbs.average:average", "average the last checkpoint.average_last checkpoints (paper, 6.1)"),
+    "table": ("translate.verbs.table:table", "runs side by side, as the paper's Table 3 (table.runs=[DIR1,DIR2])"),
+    "plot": ("translate.verbs.plot:plot", "attention figures of a sentence (paper, Figures 3-5) or curves of runs (plot.kind=curves)"),
+    "export": ("translate.verbs.export:export", "write the model for CTranslate2 or transformers (export.format, export.output=DIR)"),
 }
 
 USAGE = (

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from translate import paths
-from translate.errors import TranslateError
+from translate.core import paths
+from translate.core.errors import TranslateError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

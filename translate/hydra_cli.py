@@ -19,11 +19,11 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from translate.config import TranslateConfig
+from translate.core import run_record
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError
+from translate.core.paths import PROJECT_ROOT, usable_folder
 from translate.data.loading import if_local, local_or_hub
-from translate.errors import TranslateError
-from translate.paths import PROJECT_ROOT, usable_folder
-from translate import run_record
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any, Dict, List, Tuple
 
-from translate.errors import TranslateError
+from translate.core.errors import TranslateError
 
 SEED = 12345  # the paired bootstrap's resampling seed (sacreBLEU's own default)
 # `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'` works on UTF-8 bytes: \S is any byte but ASCII

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.attention import LayerCache, MultiHeadAttention
-from translate.choices import Norm, Positions
-from translate.config import ModelConfig
+from translate.core.choices import Norm, Positions
+from translate.core.config import ModelConfig
 
 
 class PackedWeight:

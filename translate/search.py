@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from translate.config import DecodeConfig
+from translate.core.config import DecodeConfig
 
 
 class SearchState(Protocol):

@@ -18,14 +18,14 @@ import numpy as np
 import torch
 
 from translate import checkpoint
-from translate.choices import Positions, Precision
-from translate.config import DecodeConfig
+from translate.core.choices import Positions, Precision
+from translate.core.config import DecodeConfig
+from translate.core.errors import TranslateError
+from translate.core.host_memory import keep_freed_memory
+from translate.core.precision import resolved
 from translate.data.batching import pad
 from translate.data.vocabulary import Vocabulary
-from translate.errors import TranslateError
-from translate.host_memory import keep_freed_memory
 from translate.model import Transformer
-from translate.precision import resolved
 from translate.search import Hypothesis, Symbols, search
 
 log = logging.getLogger(__name__)

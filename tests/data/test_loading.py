@@ -4,8 +4,8 @@ files that are misaligned, not UTF-8 or missing, named in one line."""
 import pytest
 
 from tests.conftest import MULTI30K, TEXT, WMT14_MINI, need
+from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
-from translate.errors import TranslateError
 
 
 def test_local_wmt14_folder_takes_the_hub_path(compose):

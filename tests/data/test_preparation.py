@@ -4,9 +4,9 @@ a given sentencepiece model, the data report, and splits that are empty or lack 
 import pytest
 
 from tests.conftest import TEXT, corpus_with_noise, need, run_cli, write_pairs
+from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
 from translate.data.preparation import fingerprint, prepare
-from translate.errors import TranslateError
 
 
 def test_fingerprint_follows_data_and_vocabulary_settings(compose, tmp_path):

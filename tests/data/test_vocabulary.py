@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import TEXT, need, train_sentencepiece
+from translate.core.errors import TranslateError
 from translate.data.vocabulary import OUR_LAYOUT, SpecialIds, Vocabulary
-from translate.errors import TranslateError
 
 
 def test_sentencepiece_defaults_get_a_pad_after_their_pieces(default_spm_model):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import multi30k_test, run_cli, run_dir_of
-from translate.config import DecodeConfig
+from translate.core.config import DecodeConfig
 from translate.translator import Translator
 
 

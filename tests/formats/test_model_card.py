@@ -1,5 +1,5 @@
 """The transformers export's model card (translate.formats.model_card), from the run record
-(translate.run_record) that train and bleu keep."""
+(translate.core.run_record) that train and bleu keep."""
 
 import pytest
 
@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="the transformers extra is not instal
 def test_run_record_and_model_card(foreign_run, tmp_path):
     """train keeps the run record (updates, compute, validation, the command), bleu adds its
     scores with their signatures, and the export's model card shows them."""
-    from translate import run_record
+    from translate.core import run_record
 
     run_cli("decode", *foreign_run, "decode.beam_size=1", check=True)
     run_cli("bleu", *foreign_run, check=True)

@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.conftest import SHARED_DATA, need
-from translate.config import ModelConfig
+from translate.core.config import ModelConfig
 from translate.model import Transformer
 from translate.training.flops import PAPER_COMPUTE, flops_per_target_token, matmul_peak
 

@@ -64,9 +64,9 @@ def test_label_smoothed_graph_runs_backward_once():
 def test_the_vocabulary_projection_sees_rounded_row_counts():
     """LabelSmoothedObjective rounds the rows it projects up to ROW_MULTIPLE (so that CPU bf16's
     compiled products repeat their shapes), and the loss and gradients stay those of the real rows."""
-    from translate.config import ModelConfig
+    from translate.core.config import ModelConfig
     from translate.model import Transformer
-    from translate.training.loss import ROW_MULTIPLE, LabelSmoothedObjective
+    from translate.training.loss import LabelSmoothedObjective, ROW_MULTIPLE
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(layers=1, d_model=32, d_ff=64, heads=2, vocab_size=100, dropout=0.0))

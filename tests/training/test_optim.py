@@ -3,7 +3,7 @@
 import torch
 
 from tests.conftest import noam
-from translate.config import OptimConfig
+from translate.core.config import OptimConfig
 from translate.training.optim import build_optimizer
 
 

@@ -21,7 +21,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     need(MULTI30K)
     hook = """
 import os, signal
-import translate.paths as c
+import translate.core.paths as c
 original, calls = os.replace, []
 def dying_replace(source, target):
     if str(target).endswith("checkpoint_last.pt"):
@@ -163,9 +163,9 @@ def test_ctrl_c_under_torchrun_saves_once_for_all_ranks(tmp_path):
 def test_a_linear_decay_resumed_with_another_max_steps_is_refused(tmp_path):
     """A linear decay ends at train.max_steps: resuming with another would bend the line. The
     paper's decay has no end, so there a longer run may resume."""
-    from translate.choices import Decay
-    from translate.config import OptimConfig, to_plain
-    from translate.errors import TranslateError
+    from translate.core.choices import Decay
+    from translate.core.config import OptimConfig, to_plain
+    from translate.core.errors import TranslateError
     from translate.training.resume import check_same_settings
 
     linear = OptimConfig(decay=Decay.linear)

@@ -36,7 +36,7 @@ def test_one_training_per_run_dir_and_readers_welcome(tmp_path):
 
 
 def test_the_lock_is_released_for_the_next_job_in_the_process(tmp_path):
-    from translate.errors import TranslateError
+    from translate.core.errors import TranslateError
     from translate.training.run_lock import RunLock
 
     first, second = RunLock(tmp_path), RunLock(tmp_path)

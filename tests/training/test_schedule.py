@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import FEW, MULTI30K, need, noam, run_cli
-from translate.choices import Decay
+from translate.core.choices import Decay
 from translate.training.schedule import LearningRateSchedule
 
 

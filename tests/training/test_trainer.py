@@ -1,4 +1,4 @@
-"""The training run (translate.train, translate.training.trainer) end to end: a self-describing checkpoint,
+"""The training run (translate.verbs.train, translate.training.trainer) end to end: a self-describing checkpoint,
 periods of zero, non-finite updates skipped, counted and stopped, and train.compile."""
 
 from dataclasses import replace
@@ -9,7 +9,7 @@ import torch
 from tests.conftest import MULTI30K, SMALL, hook_env, need, run_cli, small_run, train_resumable
 from translate import checkpoint
 from translate.model import Transformer
-from translate.train import train
+from translate.verbs.train import train
 
 
 def test_max_steps_writes_a_self_describing_checkpoint(compose):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, SMALL, need
-from translate.config import OptimConfig
+from translate.core.config import OptimConfig
 from translate.data.batching import collate, token_batches
 from translate.data.preparation import prepare
 from translate.model import Transformer

@@ -14,11 +14,11 @@ import torch.distributed as dist
 
 from tests.conftest import MULTI30K, SMALL, hook_env, in_update, need, run, torchrun
 from translate import checkpoint
-from translate import train as train_verb
-from translate.errors import TranslateError
+from translate.core.errors import TranslateError
 from translate.training import distributed, resume
 from translate.training.trainer import Trainer
 from translate.training.watchdog import Watchdog
+from translate.verbs import train as train_verb
 
 
 def beat(store, rank: int, count: int, doing: str, **extra) -> None:

@@ -3,6 +3,6 @@ vocabulary (vocabulary), the token cache on disk (cache) that the `translate pre
 builds (prepare: cleaning, vocabulary training, encoding), and batches by token budget
 (batching), with progress lines for long passes (progress).
 
-May import translate.config, translate.errors and translate.paths; nothing of the model,
+May import translate.core.config, translate.core.errors and translate.core.paths; nothing of the model,
 training or export, and never Hydra.
 """

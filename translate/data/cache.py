@@ -19,8 +19,8 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 
+from translate.core.errors import DamagedCache
 from translate.data.vocabulary import Vocabulary
-from translate.errors import DamagedCache
 
 FORMAT_VERSION = 3  # 3: the report records each file's size and checksum
 SIDES = ("src", "tgt")

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
-from translate.config import DataConfig
-from translate.errors import MissingSplit, TranslateError, os_error_in, root_cause
-from translate.paths import PROJECT_ROOT
+from translate.core.config import DataConfig
+from translate.core.errors import MissingSplit, TranslateError, os_error_in, root_cause
+from translate.core.paths import PROJECT_ROOT
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
 

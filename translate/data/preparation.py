@@ -19,16 +19,16 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
-from translate import paths
-from translate.config import DataConfig
+from translate.core import paths
+from translate.core.config import DataConfig
 from translate.data.cache import (FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
                                   is_complete, load)
+from translate.core.errors import DamagedCache, MissingSplit, TranslateError, describe, os_error_in
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.progress import Progress
 from translate.data.vocabulary import Vocabulary
-from translate.errors import DamagedCache, MissingSplit, TranslateError, describe, os_error_in
 
-warn = logging.getLogger("translate.prepare").warning
+warn = logging.getLogger("translate.verbs.prepare").warning
 
 
 def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus]) -> str:

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import sentencepiece as spm
 
-from translate.errors import TranslateError
+from translate.core.errors import TranslateError
 
 NAMES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}  # sentencepiece's default piece names
 

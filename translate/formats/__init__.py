@@ -1,4 +1,4 @@
-"""The formats `translate export` writes (translate/export.py is the verb), one module per target:
+"""The formats `translate export` writes (translate/verbs/export.py is the verb), one module per target:
 CTranslate2 (ctranslate2) and Hugging Face transformers (transformers, with its model card,
 model_card), each with the translation function that runs what it wrote.
 

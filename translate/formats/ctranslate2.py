@@ -15,12 +15,12 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from translate.choices import Norm, Positions
+from translate.core.choices import Norm, Positions
 
-from translate.config import DecodeConfig
+from translate.core.config import DecodeConfig
+from translate.core.errors import TranslateError
+from translate.core.paths import EXPORT_MARKER
 from translate.data.vocabulary import SpecialIds, Vocabulary
-from translate.errors import TranslateError
-from translate.paths import EXPORT_MARKER
 
 SENTENCEPIECE = "sentencepiece.model"
 POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 cannot grow it as we do

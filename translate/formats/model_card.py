@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from translate.config import DecodeConfig
+from translate.core.config import DecodeConfig
 
 
 def _data_lines(record: Dict[str, Any], vocabulary_size: int) -> List[str]:

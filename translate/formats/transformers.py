@@ -16,10 +16,10 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from translate import run_record
-from translate.config import DecodeConfig, ModelConfig
+from translate.core import run_record
+from translate.core.config import DecodeConfig, ModelConfig
+from translate.core.errors import TranslateError
 from translate.data.vocabulary import Vocabulary
-from translate.errors import TranslateError
 from translate.formats.model_card import model_card
 
 LONGEST_SOURCE = 511  # source tokens (EOS aside) the export serves: the tokenizer's model_max_length is one more

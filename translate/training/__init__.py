@@ -1,4 +1,4 @@
-"""Training: the Trainer, which the `translate train` verb (translate/train.py) runs, and every
+"""Training: the Trainer, which the `translate train` verb (translate/verbs/train.py) runs, and every
 part of its loop.
 
 The trainer (set-up, train, clean-up, as a recipe) drives one update at a time: the

@@ -12,10 +12,10 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from translate.config import ModelConfig
-from translate.errors import TranslateError
-from translate.paths import atomic_write
-from translate.precision import cpu_model
+from translate.core.config import ModelConfig
+from translate.core.errors import TranslateError
+from translate.core.paths import atomic_write
+from translate.core.precision import cpu_model
 
 # Seconds of start-up the peak's measurement (matmul_peak) takes.
 PEAK_SECONDS = 1.25

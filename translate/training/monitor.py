@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from translate import paths
-from translate.config import ModelConfig, TranslateConfig, to_plain
+from translate.core import paths, run_record
+from translate.core.config import ModelConfig, TranslateConfig, to_plain
 from translate.data.cache import PreparedData
 from translate.model import Transformer
-from translate import run_record
 from translate.training import distributed
 from translate.training.flops import Accounting
 from translate.training.update import StepStats

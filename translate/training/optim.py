@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.adam import adam
 
-from translate.config import OptimConfig
+from translate.core.config import OptimConfig
 from translate.training.schedule import LearningRateSchedule
 
 

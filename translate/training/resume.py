@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from translate import checkpoint
-from translate.training import distributed
-from translate.choices import Decay
-from translate.config import ModelConfig, OptimConfig, to_plain
+from translate.core.choices import Decay
+from translate.core.config import ModelConfig, OptimConfig, to_plain
+from translate.core.errors import MissingCheckpoint, TranslateError
 from translate.data.batching import BatchStream
 from translate.data.vocabulary import Vocabulary
-from translate.errors import MissingCheckpoint, TranslateError
+from translate.training import distributed
 from translate.training.optim import Adam
 from translate.training.schedule import LearningRateSchedule
 from translate.training.validate import Tracker

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from translate import paths
-from translate.errors import TranslateError
+from translate.core import paths
+from translate.core.errors import TranslateError
 
 log = logging.getLogger(__name__)
 

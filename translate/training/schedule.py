@@ -8,7 +8,7 @@ from typing import Any, Dict, Union
 import torch
 from torch import Tensor
 
-from translate.choices import Decay
+from translate.core.choices import Decay
 
 
 class LearningRateSchedule:

@@ -1,7 +1,7 @@
 """The Trainer: one training run as a recipe (set-up, train, clean-up), built from named parts:
 what an update changes (Learner), what it reads (Feed), the dev metrics (Validator), the log
 and record (Monitor). Teacher forcing, label-smoothed cross-entropy, Adam with the paper's
-warmup (section 5). The `translate train` verb (translate/train.py) runs it.
+warmup (section 5). The `translate train` verb (translate/verbs/train.py) runs it.
 
 Knows nothing of Hydra: takes the typed TranslateConfig.
 """
@@ -21,22 +21,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint, paths
-from translate.choices import Positions
-from translate.config import ModelConfig, TranslateConfig, to_plain
+from translate import checkpoint
+from translate.core import paths, run_record
+from translate.core.choices import Positions
+from translate.core.config import ModelConfig, TranslateConfig, to_plain
+from translate.core.errors import Interrupted, TranslateError
+from translate.core.host_memory import keep_compiled_products, keep_freed_memory
+from translate.core.precision import MixedPrecision
 from translate.data.batching import Batch, BatchStream, collate
 from translate.data.cache import PreparedData
 from translate.data.preparation import prepare, write_report
-from translate.errors import Interrupted, TranslateError
 from translate.model import Transformer
-from translate import run_record
 from translate.training import distributed, resume
 from translate.training.flops import Accounting
-from translate.host_memory import keep_compiled_products, keep_freed_memory
 from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
-from translate.precision import MixedPrecision
 from translate.training.schedule import LearningRateSchedule
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.training.validate import Validator

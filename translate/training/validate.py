@@ -10,9 +10,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from translate.choices import ValidMetric
+from translate.core.choices import ValidMetric
 
-from translate.config import DecodeConfig, TranslateConfig
+from translate.core.config import DecodeConfig, TranslateConfig
 from translate.data.batching import collate, token_batches
 from translate.data.cache import EncodedSplit, PreparedData
 from translate.data.loading import load_corpus

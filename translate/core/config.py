@@ -3,7 +3,7 @@
 The dataclasses are the schema and every default: the YAML files in configs/ state only
 what differs from them. Hydra validates every composed config against these classes, so an
 unknown key, a value of the wrong type or outside an enumeration (the Choice enums of
-translate/choices.py),
+translate/core/choices.py),
 and a broken rule between settings (__post_init__) fail at start-up with one line naming the
 key. Nothing here imports Hydra; hydra_cli.py registers the schema.
 """
@@ -15,7 +15,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
 
-from translate.choices import (BleuFormat, Decay, ExportFormat, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
+from translate.core.choices import (BleuFormat, Decay, ExportFormat, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
                                ValidMetric, VocabType)
 
 T = TypeVar("T")

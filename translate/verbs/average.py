@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from translate import averaging
-from translate.config import TranslateConfig
-from translate.errors import TranslateError
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError
 
 
 def average(cfg: TranslateConfig) -> Path:

@@ -24,18 +24,19 @@ from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Tuple
 import numpy as np
 import torch
 
-from translate import averaging, figures, paths, run_record
+from translate import averaging, figures
 from translate.attention_maps import attention_maps
-from translate.choices import PlotKind
-from translate.config import PlotConfig, TranslateConfig
+from translate.core import paths, run_record
+from translate.core.choices import PlotKind
+from translate.core.config import PlotConfig, TranslateConfig
+from translate.core.errors import TranslateError
 from translate.data.loading import read_lines
 from translate.translator import Translator
-from translate.errors import TranslateError
 
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("translate.plot")
+log = logging.getLogger("translate.verbs.plot")
 
 # The source sentence of the paper's Figure 3 (its layer 5 of 6 follows "making ... more difficult").
 PAPER_SENTENCE = ("It is in this spirit that a majority of American governments have passed new laws since 2009 "

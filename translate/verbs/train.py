@@ -14,8 +14,8 @@ from typing import NoReturn, Optional
 import torch
 import torch.distributed as dist
 
-from translate.config import TranslateConfig
-from translate.errors import TranslateError
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError
 from translate.training import distributed
 from translate.training.run_lock import RunLock
 from translate.training.trainer import Trainer

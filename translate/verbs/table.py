@@ -16,10 +16,10 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from translate import paths, run_record
-from translate.choices import TableFormat
-from translate.config import TranslateConfig
-from translate.errors import TranslateError
+from translate.core import paths, run_record
+from translate.core.choices import TableFormat
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError
 
 # Settings that name where things are, not what was trained: never a column of their own.
 PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.checkpoint", "bleu.hyp", "bleu.ref",

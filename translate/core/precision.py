@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from translate.choices import Precision
+from translate.core.choices import Precision
 
 _DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 

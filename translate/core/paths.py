@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO, Iterator, List, Optional
 
-from translate.choices import PlotKind
+from translate.core.choices import PlotKind
 
-from translate.config import TranslateConfig
-from translate.errors import TranslateError, os_error_in
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError, os_error_in
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout: configs/ and local datasets
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: configs/ and local datasets
 
 LAST_CHECKPOINT = "checkpoint_last.pt"  # everything needed to resume; rewritten at every save
 BEST_CHECKPOINT = "checkpoint_best.pt"  # the weights with the best dev metric (valid.metric)

@@ -10,14 +10,15 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from translate import averaging, paths
-from translate.config import DecodeConfig, TranslateConfig
+from translate import averaging
+from translate.core import paths
+from translate.core.config import DecodeConfig, TranslateConfig
+from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus, read_lines, text_line
-from translate.errors import TranslateError
 from translate.search import Hypothesis
 from translate.translator import Translator
 
-log = logging.getLogger("translate.decode")
+log = logging.getLogger("translate.verbs.decode")
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:

@@ -11,13 +11,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from translate import averaging, paths
-from translate.choices import ExportFormat
-from translate.config import TranslateConfig
-from translate.errors import TranslateError, os_error_in
+from translate import averaging
+from translate.core import paths
+from translate.core.choices import ExportFormat
+from translate.core.config import TranslateConfig
+from translate.core.errors import TranslateError, os_error_in
 from translate.translator import Translator  # the same loading and checks as decode
 
-log = logging.getLogger("translate.export")
+log = logging.getLogger("translate.verbs.export")
 
 
 def export(cfg: TranslateConfig) -> Path:

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
 from translate import averaging
-from translate.config import PAPER_LENGTH_PENALTY, TranslateConfig
+from translate.core import run_record
+from translate.core.config import PAPER_LENGTH_PENALTY, TranslateConfig
 from translate.data.loading import load_corpus
-from translate.translator import Translator
 from translate.metrics import corpus_bleu
-from translate import run_record
+from translate.translator import Translator
 
-log = logging.getLogger("translate.tune")
+log = logging.getLogger("translate.verbs.tune")
 
 
 def tune(cfg: TranslateConfig) -> float:

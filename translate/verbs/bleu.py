@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from translate import paths, run_record
-from translate.choices import LiteratureBleu
-from translate.config import DataConfig, TranslateConfig
+from translate.core import paths, run_record
+from translate.core.choices import LiteratureBleu
+from translate.core.config import DataConfig, TranslateConfig
+from translate.core.errors import TranslateError
 from translate.data.loading import read_lines
-from translate.errors import TranslateError
 from translate.metrics import corpus_bleu, corpus_chrf, lowercased_tokenized_bleu, paired_bootstrap, tokenized_bleu
 
 _VARIANTS = {

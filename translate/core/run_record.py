@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from translate import paths
-from translate.errors import TranslateError
+from translate.core import paths
+from translate.core.errors import TranslateError
 
 LENGTH_PENALTY = "length_penalty"  # tune's entry: the alpha chosen on the dev split and the scores behind it
 

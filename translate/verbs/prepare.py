@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from translate import paths
-from translate.config import TranslateConfig
+from translate.core import paths
+from translate.core.config import TranslateConfig
 from translate.data import preparation
 
 
 def prepare(cfg: TranslateConfig) -> Path:
     """`translate prepare`: build (or find) the cache and put its data report in run_dir."""
-    data = preparation.prepare(cfg.data, log=logging.getLogger("translate.prepare").info)
+    data = preparation.prepare(cfg.data, log=logging.getLogger("translate.verbs.prepare").info)
     destination = paths.data_report(Path(cfg.run_dir))
     preparation.write_report(data, destination)
     print(preparation.summary(data.report) + f"\nreport: {destination}  cache: {data.folder}")
