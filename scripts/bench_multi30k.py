@@ -3,9 +3,9 @@
 al. 2021's text-only Transformer-Tiny: 41.02), ours against fairseq 0.12.2 running that paper's
 recipe, the same minutes each, one after the other on this machine (nothing else running).
 
-- ours: `translate train config=PRESET train.max_minutes=M` (--preset; config=tiny until
-  scripts/sweep_multi30k.py has chosen config=multi30k on the dev split), then `translate tune` (alpha on the dev split), then
-  `translate decode` and `translate bleu` of each test set;
+- ours: `translate train config=PRESET train.max_minutes=M` (--preset: config=multi30k, the recipe
+  scripts/sweep_multi30k.py chose on the dev split), then `translate tune` (alpha on the dev split),
+  then `translate decode` of each test set;
 - fairseq: `../shared/anchors/fairseq/run.sh literature M` (the published recipe: the last 10
   epoch checkpoints averaged, beam 5, test2016), then the same average's beam-5 translations of
   test2017 and mscoco2017 (fairseq-interactive, the anchor's sentencepiece model).
@@ -127,7 +127,7 @@ def fairseq_translate(anchor: Path, checkpoint: Path, sources: List[str], output
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--preset", default="tiny", help="our config= preset")
+    parser.add_argument("--preset", default="multi30k", help="our config= preset")
     parser.add_argument("--folder", default="runs/bench-multi30k")
     parser.add_argument("--no-fairseq", dest="with_fairseq", action="store_false")
     parser.add_argument("--no-ours", dest="with_ours", action="store_false")

@@ -20,6 +20,9 @@ standard deviation of its seeds' best dev BLEU), the table of runs (`translate t
 two figures in --folder: sweep.png, each candidate's dev BLEU with error bars over its seeds,
 and curves.png, its training loss, dev perplexity and greedy dev BLEU (the mean of its seeds).
 Runs that already hold their updates are not trained again, decodes already scored not redone.
+
+The winner so far, "literature" (docs/results.md: one seed per candidate on each of two machines),
+is config=multi30k; tests/test_presets.py holds the two to the same model, optimizer and batches.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """The Multi30k presets train, decode and score end to end (a few updates on the dev split, so
-that it takes seconds): the published recipe (config=multi30k_wu2021); ours (config=multi30k) joins
-PRESETS once the dev sweep has chosen it.
+that it takes seconds): the published recipe (config=multi30k_wu2021) and ours (config=multi30k),
+which is the dev sweep's winner as the sweep trained it.
 What they reach in their minutes: scripts/bench_multi30k.py, docs/results.md."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import MULTI30K, need, run_cli
 
-PRESETS = ["multi30k_wu2021"]
+PRESETS = ["multi30k_wu2021", "multi30k"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -25,3 +27,20 @@ def test_a_multi30k_preset_trains_decodes_and_scores(tmp_path, cache, preset):
     report = json.loads(run_cli("bleu", *overrides, f"bleu.hyp={tmp_path}/out.de", f"bleu.ref={references}",
                                 "bleu.format=json", check=True).stdout)
     assert report["literature"] == "lowercased_tokenized_bleu" and report["lines"] == 2
+
+
+def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
+    """config=multi30k learns as the sweep's "literature" candidate (config=tiny and its
+    overrides) did: the same model, optimizer, schedule and batches. Only the checkpoints'
+    cadence (minutes, not a tenth of a fixed number of updates) and the search differ."""
+    scripts = Path(__file__).parents[1] / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))  # as when it runs: its neighbours import
+    spec = importlib.util.spec_from_file_location("sweep", scripts / "sweep_multi30k.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    ours, chosen = compose("train", "config=multi30k"), compose("train", "config=tiny", *sweep.CANDIDATES["literature"])
+    assert ours.model == chosen.model and ours.optim == chosen.optim and ours.data == chosen.data
+    assert ours.train.tokens_per_batch == chosen.train.tokens_per_batch
+    assert ours.train.tokens_per_update == chosen.train.tokens_per_update
+    assert ours.train.label_smoothing == chosen.train.label_smoothing
+    assert (ours.train.max_minutes, ours.checkpoint.average_last, ours.decode.beam_size) == (60, 3, 5)
