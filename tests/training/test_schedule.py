@@ -114,3 +114,26 @@ def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", result.stderr + result.stdout)}
     assert rates == pytest.approx({1: 0.0625, 2: 0.125, 3: 0.1, 4: 0.075, 5: 0.05, 6: 0.025}, rel=1e-2)
+
+
+def test_a_run_bounded_by_minutes_alone_starts_at_once_and_keeps_exact_rates():
+    """train.max_steps=10^8 (a run that train.max_minutes ends): the table of rates grows as the
+    run reaches it, so the schedule is built at once, and every rate is still the formula's
+    exactly, across a chunk's edge and after a resume far into the run."""
+    import time
+
+    started = time.monotonic()
+    schedule = LearningRateSchedule(512, 4000, updates=10**8)
+    assert time.monotonic() - started < 5 and len(schedule.rates) <= 2 * LearningRateSchedule.CHUNK
+    edge = LearningRateSchedule.CHUNK
+    schedule.load_state_dict({"applied": edge - 2, "d_model": 512, "warmup_steps": 4000})
+    for n in range(edge - 1, edge + 3):  # the rate of update n, then step past it
+        assert schedule.rate().item() == schedule.rate_at(n) == noam(n)
+        schedule.step()
+    schedule.load_state_dict({"applied": 5 * 10**7, "d_model": 512, "warmup_steps": 4000})
+    assert schedule.rate().item() == noam(5 * 10**7 + 1)
+    linear = LearningRateSchedule(128, 10, updates=3 * LearningRateSchedule.CHUNK, decay=Decay.linear)
+    linear.load_state_dict({"applied": 3 * LearningRateSchedule.CHUNK + 5, "d_model": 128, "warmup_steps": 10})
+    assert linear.rate().item() == 0.0  # past the last update: the rate one past it, zero
+    linear.load_state_dict({"applied": 4 * LearningRateSchedule.CHUNK, "d_model": 128, "warmup_steps": 10})
+    assert linear.rate().item() == 0.0

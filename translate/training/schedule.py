@@ -20,9 +20,13 @@ class LearningRateSchedule:
     It counts the updates applied so far in a device scalar, so that an update dropped on the
     device (a non-finite gradient, found without the host reading anything) leaves the count,
     and so the rate of the next update, where they were. The rate is a device scalar too, for
-    the fused Adam kernel to read there: a row of a table of every update's rate, computed once
-    on the host in Python floats (device arithmetic would round some rates differently).
+    the fused Adam kernel to read there: a row of a table of the updates' rates, computed on the
+    host in Python floats (device arithmetic would round some rates differently), CHUNK rows at a
+    time as the run reaches them (a run bounded by train.max_minutes may set train.max_steps to
+    10^9: a table of every update would take minutes and gigabytes before the first one).
     """
+
+    CHUNK = 100_000  # rows of the table computed at a time
 
     def __init__(self, d_model: int, warmup_steps: int, lr_scale: float = 1.0, updates: int = 100000,
                  device: torch.device = torch.device("cpu"), decay: Decay = Decay.inverse_sqrt):
@@ -31,10 +35,10 @@ class LearningRateSchedule:
         self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
         self.decay, self.updates = Decay(decay), updates
         # CUDA's fused Adam reads a float32 rate; elsewhere float64 is the Python float exactly.
-        dtype = torch.float32 if device.type == "cuda" else torch.float64
-        rates = [self.rate_at(n) for n in range(1, updates + 2)]  # (updates + 1,): one past the last
-        self.rates = torch.tensor(rates, dtype=dtype, device=device)
+        self.dtype, self.device = (torch.float32 if device.type == "cuda" else torch.float64), device
         self.applied = torch.zeros(1, dtype=torch.long, device=device)  # (1,) updates applied so far
+        self.counted = 0  # steps counted on the host: never fewer than the applied updates
+        self._start_table(0)
 
     def rate_at(self, n: int) -> float:
         """The learning rate of update n."""
@@ -44,14 +48,33 @@ class LearningRateSchedule:
             return peak * max(self.updates + 1 - n, 0) / max(self.updates + 1 - self.warmup_steps, 1)
         return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
 
+    def _start_table(self, base: int) -> None:
+        """The table from row `base` (the rate of update base + 1) on: a run resumed far into
+        its schedule computes no row it has passed."""
+        self.base = base
+        self.rates = torch.zeros(0, dtype=self.dtype, device=self.device)  # (rows,): row i, the rate of update base + i + 1
+        self._cover()
+
+    def _cover(self) -> None:
+        """Extend the table past the next update the host has counted, up to its last row (the
+        rate one past train.max_steps: the rate of any update after it)."""
+        last = self.updates + 1  # rows in the whole table
+        while self.base + len(self.rates) <= self.counted + 1 and self.base + len(self.rates) < last:
+            start = self.base + len(self.rates) + 1  # the update of the first new row
+            stop = min(last, self.base + len(self.rates) + self.CHUNK) + 1
+            more = torch.tensor([self.rate_at(n) for n in range(start, stop)], dtype=self.dtype, device=self.device)
+            self.rates = torch.cat([self.rates, more])
+
     def rate(self) -> Tensor:
         """The learning rate of the next update: a () device scalar, nothing read back."""
-        row = self.applied.clamp(max=len(self.rates) - 1)  # (1,) past the table: its last rate
+        self._cover()
+        row = (self.applied - self.base).clamp(0, len(self.rates) - 1)  # (1,) past the table: its last rate
         return self.rates.index_select(0, row).squeeze(0)
 
     def step(self, dropped: Union[bool, Tensor] = False) -> None:
         """Count the update just made; where `dropped` (a device flag) is set, it did not count."""
         self.applied += 1
+        self.counted += 1
         self.step_back(dropped)
 
     def step_back(self, where: Union[bool, Tensor] = True) -> None:
@@ -66,4 +89,6 @@ class LearningRateSchedule:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Our own state, or that of the LambdaLR that checkpoints written before this class
         hold (its last_epoch counted the applied updates the same way)."""
-        self.applied.fill_(int(state["applied"] if "applied" in state else state["last_epoch"]))
+        self.counted = int(state["applied"] if "applied" in state else state["last_epoch"])
+        self.applied.fill_(self.counted)
+        self._start_table(min(max(self.counted - 16, 0), self.updates))  # a few steps back too (step_back); within the table
