@@ -41,6 +41,24 @@ def test_a_silent_peer_is_named_with_what_it_was_doing():
     assert "while update 7: forward and backward" in line and "train.stall_timeout=0.3" in line
 
 
+def test_a_peer_that_failed_is_named_at_once_with_its_error():
+    """A process that stops with an error says so in its beats (and its last one), so that the
+    others name it and its error at once after their collective fails, without waiting out
+    train.stall_timeout for a silence (or torchrun's grace period)."""
+    store = dist.HashStore()
+    failing = Watchdog(store, rank=1, world_size=2, timeout=300).start()
+    distributed.doing("update 2: forward and backward")
+    failing.failed("RuntimeError: injected")
+    failing.failed("RuntimeError: a later one")  # the first error is the one told
+    failing.close()
+    distributed.doing("starting")
+    started = time.monotonic()
+    line = Watchdog(store, rank=0, world_size=2, timeout=300).explain()
+    assert time.monotonic() - started < 5
+    assert line == ("rank 1 failed while update 2: forward and backward: RuntimeError: injected; "
+                    "rank 0 stops too (resume with the same command)")
+
+
 def test_a_peer_that_has_ended_is_not_stalled():
     store = dist.HashStore()
     watchdog = Watchdog(store, rank=0, world_size=2, timeout=0.2)

@@ -44,6 +44,8 @@ class Peer:
     pid: int = 0
     host: str = ""
     done: bool = False  # it has ended its part of the job: silent, not stalled
+    failed: str = ""  # the error it stopped with, if it did
+    failed_while: str = ""  # what it was doing then
 
 
 class Watchdog:
@@ -60,6 +62,7 @@ class Watchdog:
         self.timeout, self.interval = timeout, interval
         self.peers: Dict[int, Peer] = {r: Peer(heard=time.monotonic()) for r in range(world_size) if r != rank}
         self.beat = 0
+        self.failure: Dict[str, str] = {}  # this process's error, in its beats once it has one
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="translate-watchdog", daemon=True)
 
@@ -83,9 +86,17 @@ class Watchdog:
         distributed.changed.set()  # wakes the thread now
         self.thread.join(seconds)
         try:
-            self.store.set(str(self.rank), json.dumps({"beat": self.beat + 1, "doing": "done", "done": True}))
+            self.store.set(str(self.rank), json.dumps({"beat": self.beat + 1, "doing": "done", "done": True, **self.failure}))
         except Exception:  # the store's server has ended already: no one is left to tell
             pass
+
+    def failed(self, line: str) -> None:
+        """This process stops with an error (the first it reports): from now on its beats carry
+        it, so that the others name it at once instead of waiting for its silence (or for
+        torchrun's grace period)."""
+        if not self.failure:
+            self.failure = {"failed": line, "failed_while": distributed.activity()}
+            distributed.changed.set()  # told now, not at the next beat
 
     def stalled(self) -> Optional[str]:
         """The line for the first peer silent for `timeout` seconds, or None."""
@@ -103,8 +114,9 @@ class Watchdog:
         return next(((rank, p) for rank, p in self.peers.items() if now - p.heard >= self.timeout and not p.done), None)
 
     def explain(self) -> Optional[str]:
-        """After a collective failed: the line for a peer that died (on this host: its process is
-        gone), or that stalled, waiting at most `timeout` seconds for a silence to show."""
+        """After a collective failed: the line for a peer that stopped with an error (its beats
+        said so), that died (on this host: its process is gone), or that stalled, waiting at
+        most `timeout` seconds for a silence to show."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -112,6 +124,10 @@ class Watchdog:
             except Exception:  # the store's server is gone: what was heard stands
                 pass
             for rank, peer in self.peers.items():
+                if peer.failed:
+                    where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
+                    return (f"rank {rank}{where} failed while {peer.failed_while}: {peer.failed}; rank {self.rank} "
+                            f"stops too (resume with the same command)")
                 if peer.pid and not peer.done and peer.host == socket.gethostname() and not _alive(peer.pid):
                     return (f"rank {rank} (pid {peer.pid} on {peer.host}) died while {peer.doing}; rank {self.rank} "
                             f"stops too (resume with the same command)")
@@ -127,7 +143,8 @@ class Watchdog:
             distributed.changed.clear()
             try:
                 self.beat += 1
-                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": distributed.activity(), **me}))
+                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": distributed.activity(), **me,
+                                                           **self.failure}))
                 if time.monotonic() - listened >= self.interval:
                     self._listen()
                     listened = time.monotonic()
@@ -147,6 +164,7 @@ class Watchdog:
             if heard["beat"] != peer.beat:
                 peer.beat, peer.heard, peer.doing = heard["beat"], time.monotonic(), heard["doing"]
                 peer.pid, peer.host, peer.done = heard.get("pid", peer.pid), heard.get("host", peer.host), "done" in heard
+                peer.failed, peer.failed_while = heard.get("failed", ""), heard.get("failed_while", "")
 
     def _end(self, line: str, stalled: Optional[Peer] = None) -> None:
         """One line, then the end of this process: its main thread may never come back. A stalled

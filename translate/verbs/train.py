@@ -66,9 +66,15 @@ def train(cfg: TranslateConfig) -> Path:
 
 
 def _raise_named(error: Exception, watchdog: Optional[Watchdog]) -> NoReturn:
-    """Raise a collective that failed (a process of the job died) as the line that names that
-    process, rather than the closed connection the collective saw; any other error as it is."""
-    if isinstance(error, TranslateError) or watchdog is None or not _collective_failure(error):
+    """Raise a collective that failed (a process of the job died or failed) as the line that
+    names that process, rather than the closed connection the collective saw; any other error
+    as it is, after telling the other processes (through the watchdog) that this one failed."""
+    if watchdog is None:
+        raise error
+    if isinstance(error, TranslateError) or not _collective_failure(error):
+        text = str(error).strip().splitlines()
+        watchdog.failed(str(error) if isinstance(error, TranslateError) else
+                        f"{type(error).__name__}{': ' + text[0] if text else ''}")
         raise error
     line = watchdog.explain()
     if line is None:
