@@ -164,6 +164,7 @@ def test_averaging_while_training_deletes_the_oldest(tmp_path, monkeypatch):
     assert [Path(p).name for p in averaged["averaged"]] == ["checkpoint_2.pt", "checkpoint_3.pt", "checkpoint_4.pt"]
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the atomic write: test_resume's kill during a write
 def test_a_full_disk_while_saving_loses_nothing(tmp_path):
     """A real write error (a file-size limit: EFBIG) while checkpoint_last.pt is written: one
     line naming it, the previous one intact and loadable, no temporary file left, exit 1."""

@@ -104,6 +104,7 @@ def test_bf16_training_loss_matches_fp32():
     assert torch.nn.functional.cosine_similarity(grad16, grad32, dim=0) > 0.99
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: fp32's exact resume is in the default suite
 def test_bf16_runs_resume_bit_for_bit(tmp_path):
     """Interrupted at update 5 and resumed, a bf16 run ends bit for bit where an uninterrupted one does."""
     from tests.conftest import train_resumable

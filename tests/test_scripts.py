@@ -25,6 +25,7 @@ def test_torchrun_single_process_trains(tmp_path):
     assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: a benchmark's own run
 def test_bench_transformers_on_a_small_run(trained_run):
     """The export timings, then ours and transformers' greedy search, one JSON line each."""
     pytest.importorskip("transformers", reason="the transformers extra is not installed")

@@ -8,6 +8,8 @@ import math
 import statistics
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
 from translate.core import run_record
 from translate.core.choices import TableFormat
@@ -15,6 +17,7 @@ from translate.core.config import TranslateConfig
 from translate.verbs import table
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the table's rules: the tests below, on made records
 def test_a_sweeps_runs_side_by_side(tmp_path):
     """Two real tiny runs (a multirun's folder stands for its jobs): the setting that differs,
     parameters, updates, compute, dev metrics, and test BLEU for the one whose decode was scored."""

@@ -83,6 +83,7 @@ def test_ddp_gradients_equal_accumulated_gradients(tmp_path):
     assert largest > 1e-3 and worst < 1e-6 + 1e-5 * largest, (worst, largest)
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: two ranks writing one checkpoint: test_launcher
 def test_two_nodes_on_loopback_write_one_checkpoint(tmp_path):
     need(MULTI30K)
     port = free_port()

@@ -54,6 +54,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     assert checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["step"] == step >= 5
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: a start from other weights
 def test_init_from_another_runs_weights(tmp_path):
     need(MULTI30K)
     assert train_resumable(tmp_path, "first", "train.max_steps=3").returncode == 0

@@ -60,6 +60,7 @@ def test_non_finite_updates_are_skipped_and_counted(tmp_path):
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: skipping: the tests above
 def test_the_skipped_update_count_carries_over_a_resume(tmp_path):
     need(MULTI30K)
     first = train_resumable(tmp_path, "run", "train.max_steps=6", env=hook_env(tmp_path, NAN_LOSS.format(condition="len(calls) in (3, 4)")))
