@@ -173,6 +173,7 @@ def test_a_damaged_cache_is_never_loaded(tmp_path, damage, named):
         load(folder)
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: a damaged cache is never loaded: the test above
 def test_train_rebuilds_a_damaged_cache_after_a_warning_naming_it(tmp_path):
     from translate.data.cache import load
 
@@ -216,11 +217,12 @@ def bad_settings(payload):
 
 
 @pytest.mark.parametrize("damage, part", [
-    (damaged_vocabulary, "its vocabulary (the sentencepiece model) cannot be read"),
+    # make test-slow, to keep the default suite under 10 minutes: three of the six (the checks are one function's)
+    pytest.param(damaged_vocabulary, "its vocabulary (the sentencepiece model) cannot be read", marks=pytest.mark.slow),
     (empty_vocabulary, "its vocabulary (the sentencepiece model) is empty"),
-    (wrong_shape, "weight embedding.weight is (5, 32), but its model settings need (608, 32)"),
+    pytest.param(wrong_shape, "weight embedding.weight is (5, 32), but its model settings need (608, 32)", marks=pytest.mark.slow),
     (missing_weight, "lacks the weight decoder_layers.0.src_attn.kv_proj.weight"),
-    (extra_weight, "holds a weight its model settings do not have: adapter.weight"),
+    pytest.param(extra_weight, "holds a weight its model settings do not have: adapter.weight", marks=pytest.mark.slow),
     (bad_settings, "its model settings (model_config) are not valid: d_model (32) must be divisible by heads (5)"),
 ])
 def test_a_damaged_part_of_a_checkpoint_is_named_and_nothing_changes(tmp_path, trained_run, damage, part):

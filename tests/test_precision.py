@@ -7,7 +7,7 @@ import torch
 from tests.conftest import MULTI30K, need, run_cli, small_run
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["bf16", pytest.param("fp16", marks=pytest.mark.slow)])  # fp16 on a CPU: make test-slow
 def test_reduced_precision_runs_on_cpu(tmp_path, precision):
     need(MULTI30K)
     result = run_cli("train", *small_run(tmp_path, "train.max_steps=4", "train.log_every=2", f"train.precision={precision}"))

@@ -18,6 +18,7 @@ def test_script_help(script):
     assert "usage:" in result.stdout
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: torchrun's runs of two processes (test_distributed, test_watchdog)
 def test_torchrun_single_process_trains(tmp_path):
     need(MULTI30K)
     result = run(torchrun("train", *small_run(tmp_path, "train.max_steps=2"), processes=1), timeout=300)

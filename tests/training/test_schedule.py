@@ -105,6 +105,7 @@ def test_the_schedules_settings_are_in_its_state():
     assert state["decay"] == "linear" and state["updates"] == 10
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the line's rates by hand and by fairseq's formula: above
 def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
     """`translate train optim.decay=linear`: each update's logged rate is the hand-computed
     line (d_model 32, warmup 2, 6 updates: peak 32^-0.5 * 2^-0.5 = 0.125, then 0.125 * (7 - n) / 5)."""

@@ -26,6 +26,7 @@ def test_max_steps_writes_a_self_describing_checkpoint(compose):
     model.load_state_dict(payload["model"])  # plain keys, loads as is
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: each period's own tests
 def test_zero_periods_mean_never(tmp_path):
     """train.log_every=0, checkpoint.every_steps=0 and valid.every_steps=0: no logging, periodic
     checkpoint or validation (they divided by zero), and one checkpoint at the end."""

@@ -24,6 +24,7 @@ def test_validation_keeps_the_best_and_stops_early(tmp_path):
     assert checkpoint.load(tmp_path / "frozen" / "checkpoint_last.pt")["valid"]["since_best"] == 2
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: validation's BLEU and stopping: the test above
 def test_a_target_bleu_stops_training_and_the_record_keeps_the_time_to_it(tmp_path):
     need(MULTI30K)
     result = train_resumable(tmp_path, "run", "train.max_steps=20", "valid.every_steps=4", "valid.bleu_sentences=20",
