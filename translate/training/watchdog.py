@@ -47,6 +47,10 @@ class Peer:
     failed: str = ""  # the error it stopped with, if it did
     failed_while: str = ""  # what it was doing then
 
+    def where(self) -> str:
+        """' (pid P on HOST)' where its beats said, else nothing."""
+        return f" (pid {self.pid} on {self.host})" if self.pid else ""
+
 
 class Watchdog:
     """Heartbeats through the job's store, in a thread of each process of a distributed job.
@@ -104,8 +108,7 @@ class Watchdog:
         return None if found is None else self._stall_line(*found)
 
     def _stall_line(self, rank: int, peer: Peer) -> str:
-        where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
-        return (f"rank {rank}{where} stopped answering {time.monotonic() - peer.heard:.0f} s ago while {peer.doing}; "
+        return (f"rank {rank}{peer.where()} stopped answering {time.monotonic() - peer.heard:.0f} s ago while {peer.doing}; "
                 f"rank {self.rank} stops too instead of waiting for it (train.stall_timeout={self.timeout:g} s)")
 
     def _silent(self) -> Optional[Tuple[int, Peer]]:
@@ -125,8 +128,7 @@ class Watchdog:
                 pass
             for rank, peer in self.peers.items():
                 if peer.failed:
-                    where = f" (pid {peer.pid} on {peer.host})" if peer.pid else ""
-                    return (f"rank {rank}{where} failed while {peer.failed_while}: {peer.failed}; rank {self.rank} "
+                    return (f"rank {rank}{peer.where()} failed while {peer.failed_while}: {peer.failed}; rank {self.rank} "
                             f"stops too (resume with the same command)")
                 if peer.pid and not peer.done and peer.host == socket.gethostname() and not _alive(peer.pid):
                     return (f"rank {rank} (pid {peer.pid} on {peer.host}) died while {peer.doing}; rank {self.rank} "
