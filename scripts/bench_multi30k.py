@@ -17,6 +17,7 @@ and test set, then a summary line per trainer; the test sets are decoded once, a
     .venv/bin/python scripts/bench_multi30k.py --minutes 60             # ours, then fairseq: about 2.5 hours
     .venv/bin/python scripts/bench_multi30k.py --minutes 60 --no-fairseq
     .venv/bin/python scripts/bench_multi30k.py --score-only --folder runs/bench-multi30k   # score again
+    (--score-only also finishes a fairseq run that trained but stopped before its average)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +42,7 @@ from translate.metrics import corpus_bleu, lowercased_tokenized_bleu
 RAW = ROOT.parent / "shared" / "data" / "raw" / "multi30k-task1-raw"
 # Our split names and the raw files of the same test sets (what fairseq translates).
 TESTS = {"test": "test_2016_flickr", "test_2017_flickr": "test_2017_flickr", "test_2017_mscoco": "test_2017_mscoco"}
+HERE = Path(__file__).resolve().parent
 PUBLISHED = 41.02  # Wu et al. (2021), test2016, lowercased tokenized BLEU
 
 
@@ -86,13 +89,18 @@ def ours(folder: Path, minutes: float, preset: str, train: bool) -> None:
 def fairseq(folder: Path, minutes: float, train: bool) -> None:
     anchor_out = folder / "fairseq"
     env = dict(os.environ, OUT=str(anchor_out))
+    a = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
+    averager = a / "src" / "fairseq-0.12.2" / "scripts" / "average_checkpoints.py"
+    if not averager.is_file():  # the PyPI sdist has no scripts/: run.sh literature stopped there
+        averager.parent.mkdir(exist_ok=True)
+        shutil.copyfile(HERE / "fairseq_average_checkpoints.py", averager)
     if train:
         result = subprocess.run(["bash", str(ANCHOR / "run.sh"), "literature", str(minutes)], env=env,
                                 capture_output=True, text=True, check=True)
         (folder / "fairseq_literature.json").write_text(result.stdout.strip().splitlines()[-1] + "\n")
-    summary = json.loads((folder / "fairseq_literature.json").read_text())
+    summary_file = folder / "fairseq_literature.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else finish_fairseq(a, anchor_out)
     average = anchor_out / "literature" / "average.pt"
-    a = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
     for split, name in TESTS.items():
         hypotheses = fairseq_translate(a, average, raw_lines(name, "en"), anchor_out / f"{name}.de")
         emit(measurement="multi30k_test", trainer="fairseq", split=name, **scores(hypotheses, raw_lines(name, "de")))
@@ -100,6 +108,21 @@ def fairseq(folder: Path, minutes: float, train: bool) -> None:
          updates=summary["updates"], training_minutes=round(summary["training_seconds"] / 60, 1),
          epochs_averaged=summary["epochs_averaged"], run_sh_lowercased_tokenized_bleu=summary["lowercased_tokenized_bleu"],
          run_sh_sacrebleu=summary["sacrebleu"], published=PUBLISHED)
+
+
+def finish_fairseq(anchor: Path, anchor_out: Path) -> dict:
+    """What run.sh literature would have printed, for a run that trained but stopped before its
+    average (its updates and seconds read from fairseq's log); the average made here as run.sh makes it."""
+    log = (anchor_out / "literature.log").read_text(encoding="utf-8")
+    saved = anchor_out / "literature"
+    epochs = min(10, sum(1 for p in saved.iterdir() if re.fullmatch(r"checkpoint\d+\.pt", p.name)))
+    if not (saved / "average.pt").is_file():
+        subprocess.run([str(anchor / "venv" / "bin" / "python"), str(HERE / "fairseq_average_checkpoints.py"),
+                        "--inputs", str(saved), "--num-epoch-checkpoints", str(epochs), "--output",
+                        str(saved / "average.pt")], check=True, capture_output=True, text=True)
+    return {"updates": int(re.findall(r"num_updates[ =](\d+)", log)[-1]),
+            "training_seconds": float(re.findall(r"done training in ([\d.]+) seconds", log)[-1]),
+            "epochs_averaged": epochs, "lowercased_tokenized_bleu": None, "sacrebleu": None}
 
 
 def fairseq_translate(anchor: Path, checkpoint: Path, sources: List[str], output: Path) -> List[str]:
