@@ -63,9 +63,9 @@ def translate(*args: str) -> subprocess.CompletedProcess:
                           check=True)
 
 
-def ours(folder: Path, minutes: float, preset: str, train: bool) -> None:
+def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List[str]) -> None:
     run_dir = folder / "ours"
-    common = [f"config={preset}", f"run_dir={run_dir}"]
+    common = [f"config={preset}", f"run_dir={run_dir}", *overrides]
     started = time.monotonic()
     if train:
         translate("train", *common, f"train.max_minutes={minutes}", f"train.max_steps={10**9}")
@@ -151,6 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--preset", default="multi30k", help="our config= preset")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of ours, after the preset")
     parser.add_argument("--folder", default="runs/bench-multi30k")
     parser.add_argument("--no-fairseq", dest="with_fairseq", action="store_false")
     parser.add_argument("--no-ours", dest="with_ours", action="store_false")
@@ -160,7 +161,7 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     emit(measurement="machine", cpu=cpu_model(), date=time.strftime("%Y-%m-%d %H:%M"))
     if args.with_ours:
-        ours(folder, args.minutes, args.preset, train=not args.score_only)
+        ours(folder, args.minutes, args.preset, train=not args.score_only, overrides=args.set)
     if args.with_fairseq:
         if anchor_built():
             fairseq(folder, args.minutes, train=not args.score_only)

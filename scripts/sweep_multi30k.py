@@ -65,9 +65,12 @@ CANDIDATES: Dict[str, List[str]] = {
 # trains on a bf16 CPU, and more than an hour trains in fp32 on an AVX2 one.
 CANDIDATES["literature-linear"] = [o for o in CANDIDATES["literature"] if not o.startswith(("optim.warmup_steps=", "optim.lr_scale="))] \
     + ["optim.warmup_steps=500", "optim.lr_scale=1.2649", "optim.decay=linear"]
+# The published recipe with fairseq 0.12.2's initialization (train.init=fairseq), as the
+# published model started: smaller Q, K, V and feed-forward weights than tensor2tensor's.
+CANDIDATES["literature-fairseq-init"] = CANDIDATES["literature"] + ["train.init=fairseq"]
 # Overrides that change what is learned but not the work an update does: candidates that differ
 # only in these share one probe of updates per second.
-RATE_NEUTRAL = ("model.dropout=", "optim.warmup_steps=", "optim.lr_scale=", "optim.decay=")
+RATE_NEUTRAL = ("model.dropout=", "optim.warmup_steps=", "optim.lr_scale=", "optim.decay=", "train.init=")
 AVERAGES = (1, 3, 5, 10)  # the last N numbered checkpoints averaged
 # The error-bar figure's panels: each candidate's mean and standard deviation over its seeds.
 SPREAD_MEASURES = {"dev_bleu_tuned": "dev BLEU, beam 5, tuned alpha", "dev_bleu_beam5_alpha0.6": "dev BLEU, beam 5, alpha 0.6",

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.attention import LayerCache, MultiHeadAttention
-from translate.core.choices import Norm, Positions
+from translate.core.choices import Init, Norm, Positions
 from translate.core.config import ModelConfig
 
 
@@ -213,7 +213,7 @@ class Transformer(nn.Module):
 
     output_packed: Optional[PackedWeight] = None  # decoding's prepacked output projection (prepack_products)
 
-    def __init__(self, cfg: ModelConfig, pad_id: int = 0):
+    def __init__(self, cfg: ModelConfig, pad_id: int = 0, init: Init = Init.xavier):
         super().__init__()
         if cfg.vocab_size <= 0:
             raise ValueError(f"vocab_size ({cfg.vocab_size}) must be positive")
@@ -229,12 +229,14 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.layers)])
         if cfg.norm == Norm.pre:  # pre-norm's stacks end in a LayerNorm of their own
             self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.reset_parameters()
+        self.reset_parameters(init)
 
-    def reset_parameters(self) -> None:
-        """As fairseq and tensor2tensor: embeddings (and learned positions) N(0, D^-0.5),
-        Xavier-uniform projections (Q, K and V each as its own matrix), zero biases. The
-        paper does not say."""
+    def reset_parameters(self, init: Init = Init.xavier) -> None:
+        """The paper does not say. xavier, as tensor2tensor: embeddings (and learned positions)
+        N(0, D^-0.5), Xavier-uniform projections (Q, K and V each as its own matrix), zero
+        biases. fairseq, as fairseq 0.12.2: the same, but Q, K and V with gain 1/sqrt(2) and
+        torch's default biases U(+-D^-0.5), the feed-forward layers torch's default nn.Linear
+        init (weights and biases U(+-fan_in^-0.5)), and the padding embedding zero."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=self.cfg.d_model**-0.5)
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -245,8 +247,30 @@ class Transformer(nn.Module):
                 fused = module.qkv_proj if module.self_attention else module.kv_proj
                 for block in fused.weight.split(module.widths, dim=0):
                     nn.init.xavier_uniform_(block)
+        if init == Init.fairseq:
+            self._fairseq_init()
         if isinstance(self.positional_encoding, LearnedPositions):
             nn.init.normal_(self.positional_encoding.table.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+
+    @torch.no_grad()
+    def _fairseq_init(self) -> None:
+        """What fairseq 0.12.2's transformer changes of the xavier init (reset_parameters)."""
+        gain = 2**-0.5
+        for module in self.modules():
+            if isinstance(module, PositionwiseFeedForward):
+                module.w_1.reset_parameters()  # nn.Linear's own: U(+-fan_in^-0.5), weights and biases
+                module.w_2.reset_parameters()
+            elif isinstance(module, MultiHeadAttention):
+                if module.self_attention:
+                    projections = [(module.qkv_proj, module.widths)]
+                else:
+                    projections = [(module.q_proj, [module.q_proj.out_features]), (module.kv_proj, module.widths)]
+                for projection, widths in projections:  # each of Q, K and V its own matrix, as fairseq's
+                    for block in projection.weight.split(widths, dim=0):
+                        nn.init.xavier_uniform_(block, gain=gain)
+                    bound = projection.in_features**-0.5
+                    nn.init.uniform_(projection.bias, -bound, bound)
+        self.embedding.weight[self.pad_id].zero_()
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Dropout(sqrt(D) * E[tokens] + PE): (B, L) -> (B, L, D)."""

@@ -32,6 +32,17 @@ class Positions(Choice):
     learned = "learned"  # a learned embedding per position, up to model.max_positions
 
 
+class Init(Choice):
+    """How the weights start (the paper does not say)."""
+
+    # tensor2tensor's, the paper's code: Xavier-uniform projections (Q, K and V each its own
+    # matrix), zero biases, embeddings N(0, d_model^-0.5)
+    xavier = "xavier"
+    # fairseq 0.12.2's: as xavier, but Q, K and V with gain 1/sqrt(2) and torch's default biases,
+    # the feed-forward layers torch's default nn.Linear init, the padding embedding zero
+    fairseq = "fairseq"
+
+
 class Norm(Choice):
     """Where each sub-layer's LayerNorm sits."""
 

@@ -15,7 +15,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
 
-from translate.core.choices import (BleuFormat, Decay, ExportFormat, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
+from translate.core.choices import (BleuFormat, Decay, ExportFormat, Init, LiteratureBleu, Norm, PlotKind, Positions, Precision, TableFormat,
                                ValidMetric, VocabType)
 
 T = TypeVar("T")
@@ -139,6 +139,8 @@ class TrainConfig:
     precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16), else fp32
     compile: bool = False  # torch.compile the model (worth it for long GPU runs; on a 2-core CPU tiny trained 0.76x eager after 38 s of compiling)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
+    # How a fresh run's weights start: xavier (tensor2tensor's) or fairseq (fairseq 0.12.2's)
+    init: Init = Init.xavier
     max_nonfinite: int = 10  # this many non-finite updates in a row (each skipped) stop the run
     # Seconds a process of a distributed job may go silent (died, stopped, its node frozen)
     # before every other one names it and exits (training/watchdog.py); 0: wait on it forever.

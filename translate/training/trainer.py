@@ -130,7 +130,7 @@ class Trainer:
         if context.is_main:
             write_report(data, paths.data_report(run_dir))
         model_cfg = _model_config(cfg, data)
-        model = Transformer(model_cfg, pad_id=data.vocabulary.specials.pad).to(context.device)
+        model = Transformer(model_cfg, pad_id=data.vocabulary.specials.pad, init=cfg.train.init).to(context.device)
         optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, cfg.train.max_steps, context.device)
         precision = MixedPrecision.on(cfg.train.precision, context.device)
         tokens_per_batch, accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
