@@ -169,11 +169,12 @@ def test_plain_values_come_back_as_the_config_with_its_choices():
 
 def test_the_published_multi30k_recipe_is_a_preset(compose):
     """config=multi30k_wu2021: Wu et al. (2021)'s Transformer-Tiny, its peak rate 0.005 after
-    2,000 warmup updates, 8,192 tokens an update, the last 10 epoch checkpoints averaged, beam 5."""
+    2,000 warmup updates, 8,192 tokens an update, fairseq's initialization, the last 10 epoch
+    checkpoints averaged, beam 5."""
     cfg = compose("train", "config=multi30k_wu2021")
     m, o, t, c = cfg.model, cfg.optim, cfg.train, cfg.checkpoint
     assert (m.d_model, m.d_ff, m.heads, m.layers, m.dropout) == (128, 256, 4, 4, 0.3)
     assert o.lr_scale * m.d_model**-0.5 * o.warmup_steps**-0.5 == pytest.approx(0.005, rel=1e-4)
     assert (o.eps, o.clip_norm, t.label_smoothing, t.tokens_per_update, t.max_steps) == (1e-8, 25.0, 0.1, 8192, 8000)
     assert c.by_epochs_alone and (c.keep_last, c.average_last) == (10, 10) and cfg.decode.beam_size == 5
-    assert cfg.data.literature_bleu == "lowercased"
+    assert cfg.data.literature_bleu == "lowercased" and t.init == "fairseq"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from translate.core.choices import Norm, Positions
+from translate.core.choices import Init, Norm, Positions
 
 from translate.core.config import ModelConfig
 from translate.core.variants import TABLE_3
@@ -344,6 +344,39 @@ def test_initialization_fused_projections_per_block():
     for block in blocks:
         assert 0.95 * bound < block.abs().max().item() <= bound
         assert block.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)  # uniform(-a, a)
+
+
+def test_fairseq_initialization_by_hand():
+    """train.init=fairseq, as fairseq 0.12.2's transformer starts: each D x D block of Q, K and
+    V Xavier-uniform with gain 1/sqrt(2) and biases U(+-D^-0.5); the feed-forward layers as a
+    fresh nn.Linear (weights and biases U(+-fan_in^-0.5)); out_proj as xavier (zero bias); the
+    padding embedding zero, the others N(0, D^-0.5). Bounds and spreads of uniform(-a, a)."""
+    torch.manual_seed(6)
+    d = 64
+    model = Transformer(ModelConfig(d_model=d, d_ff=128, heads=4, layers=2, dropout=0.0, vocab_size=2000), pad_id=0,
+                        init=Init.fairseq)
+
+    def uniform(tensor: torch.Tensor, bound: float, name: str) -> None:
+        few = tensor.numel() < 1000  # a bias (64 or 128 draws) reaches its bound more loosely
+        assert (0.8 if few else 0.95) * bound < tensor.abs().max().item() <= bound, name
+        assert tensor.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.25 if few else 0.05), name
+
+    projections = [(layer.self_attn.qkv_proj, 3) for layer in [*model.encoder_layers, *model.decoder_layers]]
+    projections += [(layer.src_attn.q_proj, 1) for layer in model.decoder_layers]
+    projections += [(layer.src_attn.kv_proj, 2) for layer in model.decoder_layers]
+    for projection, blocks in projections:
+        assert projection.weight.shape[0] == blocks * d
+        for block in projection.weight.split(d):
+            uniform(block, math.sqrt(6 / (d + d)) / math.sqrt(2), "Q, K or V")
+        uniform(projection.bias, d**-0.5, "Q, K or V bias")
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        uniform(layer.feed_forward.w_1.weight, d**-0.5, "w_1")
+        uniform(layer.feed_forward.w_2.weight, 128**-0.5, "w_2")
+        uniform(layer.feed_forward.w_2.bias, 128**-0.5, "w_2 bias")
+        uniform(layer.self_attn.out_proj.weight, math.sqrt(6 / (d + d)), "out_proj")
+        assert torch.count_nonzero(layer.self_attn.out_proj.bias) == 0
+    assert torch.count_nonzero(model.embedding.weight[0]) == 0
+    assert model.embedding.weight[1:].std().item() == pytest.approx(d**-0.5, rel=0.03)
 
 
 def test_bad_head_count_is_refused():

@@ -31,7 +31,7 @@ def test_a_multi30k_preset_trains_decodes_and_scores(tmp_path, cache, preset):
 
 
 def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
-    """config=multi30k learns as the sweep's "literature" candidate (config=tiny and its
+    """config=multi30k learns as the sweep's "literature-fairseq-init" candidate (config=tiny and its
     overrides) did: the same model, optimizer, schedule and batches. Only the checkpoints'
     cadence (minutes, not a tenth of a fixed number of updates) and the search differ."""
     scripts = Path(__file__).parents[1] / "scripts"
@@ -39,9 +39,9 @@ def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
     spec = importlib.util.spec_from_file_location("sweep", scripts / "sweep_multi30k.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
-    ours, chosen = compose("train", "config=multi30k"), compose("train", "config=tiny", *sweep.CANDIDATES["literature"])
+    ours, chosen = compose("train", "config=multi30k"), compose("train", "config=tiny", *sweep.CANDIDATES["literature-fairseq-init"])
     assert ours.model == chosen.model and ours.optim == chosen.optim and ours.data == chosen.data
     assert ours.train.tokens_per_batch == chosen.train.tokens_per_batch
     assert ours.train.tokens_per_update == chosen.train.tokens_per_update
-    assert ours.train.label_smoothing == chosen.train.label_smoothing
+    assert ours.train.label_smoothing == chosen.train.label_smoothing and ours.train.init == chosen.train.init
     assert (ours.train.max_minutes, ours.checkpoint.average_last, ours.decode.beam_size) == (60, 3, 5)
