@@ -130,6 +130,7 @@ def _worker(rank, port, overrides, results, world_size=2):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: shards cover the epoch once: test_shards_are_disjoint_and_cover_the_epoch; two gloo ranks: test_two_processes_equal_one_process_with_accumulation
 def test_two_gloo_processes_cover_the_epoch_once(tmp_path):
     """Two processes in a gloo process group see disjoint batches that cover the epoch once."""
     need(MULTI30K)

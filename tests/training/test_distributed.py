@@ -77,6 +77,7 @@ def _gradient_worker(rank, port, overrides, results):
         distributed.shutdown()
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: two ranks equal one with accumulation, end to end: test_two_processes_equal_one_process_with_accumulation
 def test_ddp_gradients_equal_accumulated_gradients(tmp_path):
     need(MULTI30K)
     worst, largest = gloo_pair(_gradient_worker, SMALL + [f"data.cache_dir={tmp_path}/cache", f"run_dir={tmp_path}/run"])
