@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit
+from fairseq_average_checkpoints import EPOCH_CHECKPOINT
 
 from translate.core.precision import cpu_model
 from translate.metrics import corpus_bleu, lowercased_tokenized_bleu
@@ -115,7 +116,7 @@ def finish_fairseq(anchor: Path, anchor_out: Path) -> dict:
     average (its updates and seconds read from fairseq's log); the average made here as run.sh makes it."""
     log = (anchor_out / "literature.log").read_text(encoding="utf-8")
     saved = anchor_out / "literature"
-    epochs = min(10, sum(1 for p in saved.iterdir() if re.fullmatch(r"checkpoint\d+\.pt", p.name)))
+    epochs = min(10, sum(1 for p in saved.iterdir() if EPOCH_CHECKPOINT.match(p.name)))
     if not (saved / "average.pt").is_file():
         subprocess.run([str(anchor / "venv" / "bin" / "python"), str(HERE / "fairseq_average_checkpoints.py"),
                         "--inputs", str(saved), "--num-epoch-checkpoints", str(epochs), "--output",

@@ -118,3 +118,38 @@ def test_table3_verdict_by_hand(monkeypatch):
     single = verdict("pre-norm", {"dev_ppl": 9.0, "dev_bleu": 30.0}, default)  # one seed: no spread, no verdict
     assert single["dev_ppl"]["std_of_difference"] is None and not single["dev_ppl"]["beyond_2_std"]
     assert "paper_direction" not in single["dev_ppl"]
+
+
+def test_fairseq_checkpoint_average_by_hand(tmp_path, monkeypatch):
+    """The stand-in for fairseq's average_checkpoints.py: the newest N epoch checkpoints (by
+    epoch number, not name order), each parameter their mean in its own dtype, the newest one's
+    other state kept; too few is one line. And bench_multi30k finishes a run that stopped before
+    its average from fairseq's log: its updates, seconds and epochs averaged."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_multi30k import finish_fairseq
+    from fairseq_average_checkpoints import average, newest_epochs
+
+    saved = tmp_path / "literature"
+    saved.mkdir()
+    for epoch in (2, 9, 10, 11):  # "checkpoint10" sorts before "checkpoint9" by name
+        torch.save({"model": {"w": torch.full((2,), float(epoch)), "n": torch.tensor([epoch], dtype=torch.int64)},
+                    "epoch": epoch}, saved / f"checkpoint{epoch}.pt")
+    torch.save({"model": {}}, saved / "checkpoint_last.pt")
+    paths = newest_epochs(saved, 3)
+    assert [p.name for p in paths] == ["checkpoint11.pt", "checkpoint10.pt", "checkpoint9.pt"]
+    state = average(paths)
+    assert state["epoch"] == 11 and torch.equal(state["model"]["w"], torch.full((2,), 10.0))
+    assert state["model"]["n"].dtype == torch.int64 and state["model"]["n"].item() == 10
+    with pytest.raises(SystemExit, match="5 epoch checkpoints asked for, 4 found"):
+        newest_epochs(saved, 5)
+
+    (tmp_path / "literature.log").write_text(
+        "| INFO | train | epoch 011 | loss 4.7 | num_updates 1090 | lr 0.0027\n"
+        "| INFO | train | epoch 011 | loss 4.7 | num_updates 1094 | lr 0.0027\n"
+        "| INFO | fairseq_cli.train | done training in 3599.6 seconds\n", encoding="utf-8")
+    (saved / "average.pt").write_bytes(b"made")  # already averaged: nothing to run in fairseq's venv
+    summary = finish_fairseq(tmp_path / "no-anchor", tmp_path)
+    assert (summary["updates"], summary["training_seconds"], summary["epochs_averaged"]) == (1094, 3599.6, 4)
+    assert (saved / "average.pt").read_bytes() == b"made"
