@@ -87,7 +87,7 @@ def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List
              "lowercased_tokenized_bleu"], published=PUBLISHED)
 
 
-def fairseq(folder: Path, minutes: float, train: bool) -> None:
+def fairseq(folder: Path, minutes: float, train: bool, checkpoint: str = "average.pt") -> None:
     anchor_out = folder / "fairseq"
     env = dict(os.environ, OUT=str(anchor_out))
     a = Path(os.environ.get("FAIRSEQ_ANCHOR", "/tmp/fairseq-anchor"))
@@ -101,10 +101,12 @@ def fairseq(folder: Path, minutes: float, train: bool) -> None:
         (folder / "fairseq_literature.json").write_text(result.stdout.strip().splitlines()[-1] + "\n")
     summary_file = folder / "fairseq_literature.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else finish_fairseq(a, anchor_out)
-    average = anchor_out / "literature" / "average.pt"
+    prefix = "" if checkpoint == "average.pt" else f"{Path(checkpoint).stem}_"  # translations of another checkpoint apart
     for split, name in TESTS.items():
-        hypotheses = fairseq_translate(a, average, raw_lines(name, "en"), anchor_out / f"{name}.de")
-        emit(measurement="multi30k_test", trainer="fairseq", split=name, **scores(hypotheses, raw_lines(name, "de")))
+        hypotheses = fairseq_translate(a, anchor_out / "literature" / checkpoint, raw_lines(name, "en"),
+                                       anchor_out / f"{prefix}{name}.de")
+        emit(measurement="multi30k_test", trainer="fairseq", split=name, checkpoint=checkpoint,
+             **scores(hypotheses, raw_lines(name, "de")))
     emit(measurement="multi30k_summary", trainer="fairseq", command=f"run.sh literature {minutes}",
          updates=summary["updates"], training_minutes=round(summary["training_seconds"] / 60, 1),
          epochs_averaged=summary["epochs_averaged"], run_sh_lowercased_tokenized_bleu=summary["lowercased_tokenized_bleu"],
@@ -157,6 +159,7 @@ def main() -> None:
     parser.add_argument("--no-fairseq", dest="with_fairseq", action="store_false")
     parser.add_argument("--no-ours", dest="with_ours", action="store_false")
     parser.add_argument("--score-only", action="store_true", help="decode and score what is trained, train nothing")
+    parser.add_argument("--fairseq-checkpoint", default="average.pt", help="which of fairseq's checkpoints to score (run.sh's: average.pt)")
     args = parser.parse_args()
     folder = Path(args.folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,7 +168,7 @@ def main() -> None:
         ours(folder, args.minutes, args.preset, train=not args.score_only, overrides=args.set)
     if args.with_fairseq:
         if anchor_built():
-            fairseq(folder, args.minutes, train=not args.score_only)
+            fairseq(folder, args.minutes, train=not args.score_only, checkpoint=args.fairseq_checkpoint)
         else:
             emit(measurement="multi30k_summary", trainer="fairseq", skipped=NOT_BUILT)
 
