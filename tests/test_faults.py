@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import FRESH_HOME, MULTI30K, SMALL, hook_env, need, one_line_error, run_cli, run_dir_of
+from translate.core.errors import first_line, headline
 
 # The small model's data, without the training settings: prepare and the cache tests need no more.
 DATA = [o for o in SMALL if o.startswith(("config=", "data."))]
@@ -134,6 +135,13 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_on_request(tmp_path):
     full = run_cli("bleu", *scored(tmp_path), env=hook_env(tmp_path, hook, HYDRA_FULL_ERROR="1"))
     assert full.returncode != 0 and "Traceback" in full.stderr and "RuntimeError: boom" in full.stderr
 
+
+
+def test_an_error_reads_as_its_first_line_or_else_its_type():
+    assert headline(RuntimeError("boom\nits details")) == "RuntimeError: boom"
+    assert headline(RuntimeError()) == "RuntimeError"
+    assert first_line(ValueError("\n  the first line\nthe second")) == "the first line"
+    assert first_line(ValueError("  ")) == "ValueError"
 
 # --- the token cache ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from translate.core import run_record
 from translate.core.config import TranslateConfig
-from translate.core.errors import TranslateError, describe, os_error_in
+from translate.core.errors import TranslateError, describe, headline, os_error_in
 from translate.hydra_cli import (
     CONFIG_DIR,
     HYDRA_QUIET,
@@ -91,9 +91,7 @@ def fault_line(error: Exception) -> str:
     failed = os_error_in(error)
     if failed is not None:
         return describe(failed)
-    text = str(error).strip().splitlines()
-    return (f"{type(error).__name__}{': ' + text[0] if text else ''} (an unexpected error; "
-            "HYDRA_FULL_ERROR=1 shows its traceback)")
+    return f"{headline(error)} (an unexpected error; HYDRA_FULL_ERROR=1 shows its traceback)"
 
 
 def main(argv: Optional[List[str]] = None) -> None:

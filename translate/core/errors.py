@@ -68,5 +68,16 @@ def root_cause(error: BaseException) -> str:
     while id(error) not in seen and (error.__cause__ or error.__context__) is not None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
+    return first_line(error)
+
+
+def first_line(error: BaseException) -> str:
+    """An error's message's first line, or its type's name where it has no message."""
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
+
+
+def headline(error: BaseException) -> str:
+    """An error as 'Type: its first line' ('Type' alone where it says nothing)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

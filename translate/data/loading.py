@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 from translate.core.config import DataConfig
-from translate.core.errors import MissingSplit, TranslateError, os_error_in, root_cause
+from translate.core.errors import MissingSplit, TranslateError, first_line, os_error_in, root_cause
 from translate.core.paths import PROJECT_ROOT
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
@@ -236,7 +236,7 @@ def _with_cause(error: Exception) -> str:
     writes a dataset's Arrow files the first time it loads it."""
     import datasets
 
-    message = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+    message = first_line(error).rstrip(".")
     cause = root_cause(error)
     failed = os_error_in(error)
     if failed is not None and not failed.filename:

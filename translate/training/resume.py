@@ -17,7 +17,7 @@ from torch import nn
 from translate import checkpoint
 from translate.core.choices import Decay
 from translate.core.config import ModelConfig, OptimConfig, to_plain
-from translate.core.errors import MissingCheckpoint, TranslateError
+from translate.core.errors import MissingCheckpoint, TranslateError, first_line
 from translate.data.batching import BatchStream
 from translate.data.vocabulary import Vocabulary
 from translate.training import distributed
@@ -72,8 +72,7 @@ def _restore(path: Path, part: str, load, state: Any) -> None:
     try:
         load(state)
     except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as error:
-        reason = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TranslateError(f"{path}: its {part} cannot be restored ({reason}): the checkpoint is damaged; "
+        raise TranslateError(f"{path}: its {part} cannot be restored ({first_line(error)}): the checkpoint is damaged; "
                              "move it away to start afresh, or use train.init_from for its weights") from None
 
 

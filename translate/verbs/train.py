@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from translate.core.config import TranslateConfig
-from translate.core.errors import TranslateError
+from translate.core.errors import TranslateError, headline
 from translate.training import distributed
 from translate.training.run_lock import RunLock
 from translate.training.trainer import Trainer
@@ -72,9 +72,7 @@ def _raise_named(error: Exception, watchdog: Optional[Watchdog]) -> NoReturn:
     if watchdog is None:
         raise error
     if isinstance(error, TranslateError) or not _collective_failure(error):
-        text = str(error).strip().splitlines()
-        watchdog.failed(str(error) if isinstance(error, TranslateError) else
-                        f"{type(error).__name__}{': ' + text[0] if text else ''}")
+        watchdog.failed(str(error) if isinstance(error, TranslateError) else headline(error))
         raise error
     line = watchdog.explain()
     if line is None:
