@@ -16,12 +16,19 @@ each trainer's process, since start-up is part of a user's wait. Several of our 
     .venv/bin/python scripts/bench_quality.py --minutes 15 --ours fp32,bf16 --out runs/quality
     .venv/bin/python scripts/bench_quality.py --minutes 1 --every 20 --no-fairseq   # a quick check
     .venv/bin/python scripts/bench_quality.py --score runs/bench_quality/ours-fp32   # score a finished run again
+    .venv/bin/python scripts/bench_quality.py --minutes 15 --ours fp32 --no-fairseq \
+        --recipe "tiny: config=tiny" "tiny-fairseq-init: config=tiny train.init=fairseq" "multi30k: config=multi30k"
+
+--recipe sets our side's presets and overrides, one trainer each ("LABEL: overrides", trained one
+after the other, named ours-LABEL-PRECISION): which recipe make demo should train decides here.
+Without it ours is config=tiny, named ours-PRECISION.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -85,11 +92,32 @@ def fairseq_curve(minutes: float, every: int, threads: int) -> Optional[Curve]:
     return report(curve)
 
 
-def our_training(precision: str, minutes: float, every: int, threads: int, run_dir: Path) -> float:
-    """`translate train config=tiny` for `minutes`, a checkpoint every `every` updates, all kept;
+@dataclass(frozen=True)
+class Recipe:
+    """One of our trainers: a label and the overrides it trains with."""
+
+    label: Optional[str]  # None: the default, config=tiny, named by its precision alone
+    overrides: List[str]
+
+    @classmethod
+    def parse(cls, text: str) -> "Recipe":
+        label, colon, overrides = text.partition(":")
+        if not colon or not label.strip() or not overrides.split():
+            raise SystemExit(f"--recipe {text!r}: expected 'LABEL: override override ...'")
+        return cls(label.strip(), overrides.split())
+
+    def trainer(self, precision: str) -> str:
+        return f"ours-{precision}" if self.label is None else f"ours-{self.label}-{precision}"
+
+
+DEFAULT_RECIPE = Recipe(None, ["config=tiny"])
+
+
+def our_training(recipe: Recipe, precision: str, minutes: float, every: int, threads: int, run_dir: Path) -> float:
+    """`translate train` of a recipe for `minutes`, a checkpoint every `every` updates, all kept;
     returns the time its process started (checkpoint times count from it)."""
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    command = [sys.executable, "-m", "translate", "train", "config=tiny", f"train.precision={precision}",
+    command = [sys.executable, "-m", "translate", "train", *recipe.overrides, f"train.precision={precision}",
                f"train.max_minutes={minutes}", f"train.threads={threads}", f"checkpoint.every_steps={every}",
                "checkpoint.every_minutes=null", "checkpoint.keep_last=100000", "valid.every_steps=0",
                f"run_dir={run_dir}"]
@@ -98,14 +126,17 @@ def our_training(precision: str, minutes: float, every: int, threads: int, run_d
     return started
 
 
-def our_curve(precision: str, minutes: float, every: int, threads: int, folder: Path) -> Curve:
+def our_curve(recipe: Recipe, precision: str, minutes: float, every: int, threads: int, folder: Path) -> Curve:
     """Our training, then each numbered checkpoint decoded on the dev split and scored."""
-    run_dir = folder / f"ours-{precision}"
-    started = our_training(precision, minutes, every, threads, run_dir)
+    trainer = recipe.trainer(precision)
+    run_dir = folder / trainer
+    started = our_training(recipe, precision, minutes, every, threads, run_dir)
     (run_dir / STARTED).write_text(json.dumps({"unix_seconds": started}) + "\n")
-    return scored(run_dir, f"ours-{precision}", threads)
+    return scored(run_dir, trainer, threads)
 
 
+# Variables that force a CPU's code paths down (an AVX2 CPU's, seen on an AVX-512 one): kept with the figures.
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
 STARTED = "process_started.json"  # when our trainer's process started, beside its checkpoints
 
 
@@ -176,7 +207,7 @@ def draw(curves: List[Curve], path: Path) -> Optional[Path]:
                                         [p["bleu"] for p in c.points]) for c in curves]
         panels = [figures.Panel("minutes since the process started", "dev sacreBLEU (beam 4)", series("seconds")),
                   figures.Panel("updates", "dev sacreBLEU (beam 4)", series("updates"))]
-        return figures.curve_panels(panels, path, title="Time to quality: Multi30k EN-DE dev, tiny model",
+        return figures.curve_panels(panels, path, title="Time to quality: Multi30k EN-DE dev",
                                  size=figures.Size(1600, 700))
     except TranslateError as error:  # matplotlib not installed: the JSON lines still stand
         print(f"no PNG: {error}", file=sys.stderr)
@@ -190,6 +221,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ours", default="auto", help="our precisions, comma-separated (fp32, bf16, auto)")
     parser.add_argument("--no-fairseq", action="store_true", help="our side only")
+    parser.add_argument("--recipe", type=Recipe.parse, nargs="+", default=[DEFAULT_RECIPE],
+                        help="our trainers: 'LABEL: overrides' each (default: config=tiny)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_quality", help="runs, JSON lines and PNG")
     parser.add_argument("--score", type=Path, nargs="*", default=[],
                         help="only score these finished runs of ours (their checkpoints on the dev split), no training")
@@ -199,9 +232,12 @@ def main() -> None:
             scored(run_dir, run_dir.name, args.threads)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    emit(measurement="machine", cpu=cpu_model(), threads=args.threads, minutes=args.minutes, every=args.every)
+    emit(measurement="machine", cpu=cpu_model(), threads=args.threads, minutes=args.minutes, every=args.every,
+         ours={recipe.trainer(p): recipe.overrides for recipe in args.recipe for p in args.ours.split(",")},
+         isa={k: os.environ[k] for k in ISA_VARIABLES if k in os.environ})
     curves = [] if args.no_fairseq else [c for c in [fairseq_curve(args.minutes, args.every, args.threads)] if c]
-    curves += [our_curve(p, args.minutes, args.every, args.threads, args.out) for p in args.ours.split(",")]
+    curves += [our_curve(recipe, p, args.minutes, args.every, args.threads, args.out)
+               for recipe in args.recipe for p in args.ours.split(",")]
     for empty in [c for c in curves if not c.points]:
         print(f"{empty.trainer}: no checkpoint in {args.minutes} minutes (--every {args.every}); left out", file=sys.stderr)
     curves = [c for c in curves if c.points]

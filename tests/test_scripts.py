@@ -95,6 +95,20 @@ def test_bench_quality_summary_by_hand(monkeypatch):
                                             {"minutes": 3, "fairseq": 5.0, "ours": 16.0}]
 
 
+def test_bench_quality_recipes_name_their_trainers(monkeypatch):
+    """--recipe 'LABEL: overrides' trains those overrides as ours-LABEL-PRECISION; without one,
+    ours is config=tiny named by its precision alone; a recipe without a label or overrides exits."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_quality import DEFAULT_RECIPE, Recipe
+
+    recipe = Recipe.parse("tiny-fairseq-init:  config=tiny train.init=fairseq ")
+    assert recipe == Recipe("tiny-fairseq-init", ["config=tiny", "train.init=fairseq"])
+    assert recipe.trainer("fp32") == "ours-tiny-fairseq-init-fp32"
+    assert DEFAULT_RECIPE.trainer("bf16") == "ours-bf16" and DEFAULT_RECIPE.overrides == ["config=tiny"]
+    for bad in ("config=tiny", "tiny:", ": config=tiny"):
+        with pytest.raises(SystemExit, match="LABEL: override"):
+            Recipe.parse(bad)
+
 def test_table3_verdict_by_hand(monkeypatch):
     """A row differs from the default where |mean difference| > 2 x sqrt(s_row^2/n + s_default^2/n)."""
     import statistics
