@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
@@ -130,7 +131,8 @@ def spreads(panels: Sequence[Tuple[str, Sequence[Spread]]], path: Path, title: s
         ticks = range(len(points))
         axes.errorbar(list(ticks), [p.mean for p in points], yerr=[p.std or 0.0 for p in points], fmt="o", capsize=6)
         axes.set_xticks(list(ticks), [p.label for p in points], rotation=30, ha="right")
-        axes.set(ylabel=y_label, title=f"{y_label}: mean ± 1 s.d. over seeds")
+        # Wrapped: side by side, three panels' one-line titles ran into each other.
+        axes.set(ylabel=y_label, title=textwrap.fill(f"{y_label}: mean ± 1 s.d. over seeds", 36))
         axes.grid(alpha=0.3, axis="y")
     if title:
         figure.suptitle(title)
