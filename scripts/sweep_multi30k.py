@@ -21,10 +21,11 @@ two figures in --folder: sweep.png, each candidate's dev BLEU with error bars ov
 and curves.png, its training loss, dev perplexity and greedy dev BLEU (the mean of its seeds).
 Runs that already hold their updates are not trained again, decodes already scored not redone.
 
-The winner so far, "literature-fairseq-init" (docs/results.md: one seed per candidate; "literature"
-first led tiny on a Zen 4 and "literature-linear" on a Zen 3, then fairseq's init led "literature"
-on the Zen 3), is config=multi30k; tests/test_presets.py holds the two to the same model,
-optimizer, initialization and batches.
+The winner so far, "literature-fairseq-init" (docs/results.md: one seed per candidate at 60
+minutes; "literature" first led tiny on a Zen 4 and "literature-linear" on a Zen 3, then fairseq's
+init led "literature" on the Zen 3, and again over three seeds at 4 minutes' updates on a Zen 5),
+is config=multi30k; tests/test_presets.py holds the two to the same model, optimizer,
+initialization and batches.
 """
 
 from __future__ import annotations
