@@ -144,6 +144,22 @@ def test_spreads_draws_a_png_of_the_size_asked(tmp_path):
     assert distinct_colours(path) > 20
 
 
+def test_spreads_panel_titles_do_not_run_into_each_other(tmp_path, monkeypatch):
+    """The sweep's three panels side by side (scripts/sweep_multi30k.py's labels and size): no
+    panel's title overlaps its neighbour's."""
+    drawn = []
+    save = figures.save
+    monkeypatch.setattr(figures, "save", lambda figure, path: drawn.append(figure) or save(figure, path))
+    rows = [figures.Spread("literature", 5.28, 0.21), figures.Spread("literature-fairseq-init", 13.15, 0.51)]
+    labels = ["dev BLEU, beam 5, tuned alpha", "dev BLEU, beam 5, alpha 0.6", "greedy dev BLEU, last validation"]
+    figures.spreads([(label, rows) for label in labels], tmp_path / "sweep.png", "a sweep", figures.Size(1400, 600))
+    (figure,) = drawn
+    renderer = figure.canvas.get_renderer()
+    spans = [axes.title.get_window_extent(renderer) for axes in figure.axes]
+    for left, right in zip(spans, spans[1:]):
+        assert left.x1 < right.x0, (left, right)
+
+
 def logged(run_dir: Path, pattern: str) -> dict:
     """{update: values} of train's log lines that match pattern (3 decimals)."""
     text = (run_dir / "hydra" / "train" / "train.log").read_text()
