@@ -136,12 +136,12 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_on_request(tmp_path):
     assert full.returncode != 0 and "Traceback" in full.stderr and "RuntimeError: boom" in full.stderr
 
 
-
 def test_an_error_reads_as_its_first_line_or_else_its_type():
     assert headline(RuntimeError("boom\nits details")) == "RuntimeError: boom"
     assert headline(RuntimeError()) == "RuntimeError"
     assert first_line(ValueError("\n  the first line\nthe second")) == "the first line"
     assert first_line(ValueError("  ")) == "ValueError"
+
 
 # --- the token cache ---------------------------------------------------------------------------
 

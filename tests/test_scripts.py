@@ -109,6 +109,7 @@ def test_bench_quality_recipes_name_their_trainers(monkeypatch):
         with pytest.raises(SystemExit, match="LABEL: override"):
             Recipe.parse(bad)
 
+
 def test_table3_verdict_by_hand(monkeypatch):
     """A row differs from the default where |mean difference| > 2 x sqrt(s_row^2/n + s_default^2/n)."""
     import statistics

@@ -71,13 +71,18 @@ def root_cause(error: BaseException) -> str:
     return first_line(error)
 
 
+def _message(error: BaseException) -> Optional[str]:
+    """An error's message's first line; None where it says nothing."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else None
+
+
 def first_line(error: BaseException) -> str:
     """An error's message's first line, or its type's name where it has no message."""
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    return _message(error) or type(error).__name__
 
 
 def headline(error: BaseException) -> str:
     """An error as 'Type: its first line' ('Type' alone where it says nothing)."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    message = _message(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
