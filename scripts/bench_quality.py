@@ -232,12 +232,12 @@ def main() -> None:
             scored(run_dir, run_dir.name, args.threads)
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    ours = [(recipe, precision) for recipe in args.recipe for precision in args.ours.split(",")]
     emit(measurement="machine", cpu=cpu_model(), threads=args.threads, minutes=args.minutes, every=args.every,
-         ours={recipe.trainer(p): recipe.overrides for recipe in args.recipe for p in args.ours.split(",")},
+         ours={recipe.trainer(precision): recipe.overrides for recipe, precision in ours},
          isa={k: os.environ[k] for k in ISA_VARIABLES if k in os.environ})
     curves = [] if args.no_fairseq else [c for c in [fairseq_curve(args.minutes, args.every, args.threads)] if c]
-    curves += [our_curve(recipe, p, args.minutes, args.every, args.threads, args.out)
-               for recipe in args.recipe for p in args.ours.split(",")]
+    curves += [our_curve(recipe, precision, args.minutes, args.every, args.threads, args.out) for recipe, precision in ours]
     for empty in [c for c in curves if not c.points]:
         print(f"{empty.trainer}: no checkpoint in {args.minutes} minutes (--every {args.every}); left out", file=sys.stderr)
     curves = [c for c in curves if c.points]
