@@ -4,6 +4,7 @@ missing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -145,14 +146,20 @@ def test_spreads_draws_a_png_of_the_size_asked(tmp_path):
 
 
 def test_spreads_panel_titles_do_not_run_into_each_other(tmp_path, monkeypatch):
-    """The sweep's three panels side by side (scripts/sweep_multi30k.py's labels and size): no
-    panel's title overlaps its neighbour's."""
+    """The sweep's panels side by side (scripts/sweep_multi30k.py's labels and size): no panel's
+    title overlaps its neighbour's."""
     drawn = []
     save = figures.save
     monkeypatch.setattr(figures, "save", lambda figure, path: drawn.append(figure) or save(figure, path))
     rows = [figures.Spread("literature", 5.28, 0.21), figures.Spread("literature-fairseq-init", 13.15, 0.51)]
-    labels = ["dev BLEU, beam 5, tuned alpha", "dev BLEU, beam 5, alpha 0.6", "greedy dev BLEU, last validation"]
-    figures.spreads([(label, rows) for label in labels], tmp_path / "sweep.png", "a sweep", figures.Size(1400, 600))
+    scripts = Path(__file__).parents[1] / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))  # as when it runs: its neighbours import
+    spec = importlib.util.spec_from_file_location("sweep", scripts / "sweep_multi30k.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    labels = list(sweep.SPREAD_MEASURES.values())
+    assert len(labels) == 4
+    figures.spreads([(label, rows) for label in labels], tmp_path / "sweep.png", "a sweep", sweep.SPREADS_SIZE)
     (figure,) = drawn
     renderer = figure.canvas.get_renderer()
     spans = [axes.title.get_window_extent(renderer) for axes in figure.axes]

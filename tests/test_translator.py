@@ -1,6 +1,6 @@
 """The Translator's engine choices (translate/translator.py): which products decoding runs on,
 by what the CPU supports, and a start-up that checks a checkpoint's weights without torch's
-compiler."""
+compiler; a model trained on lowercased text lowercases its sources."""
 
 import platform
 import subprocess
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import run_dir_of
-from translate import translator
+from translate import averaging, checkpoint, translator
+from translate.translator import Translator
 
 
 @pytest.mark.parametrize("machine, capability, expected", [
@@ -52,3 +53,20 @@ def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
     assert result.returncode == 0, result.stderr
     text, compiler = result.stdout.strip().splitlines()[-2:]
     assert text and compiler == "False"
+
+
+def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(trained_run, tmp_path):
+    """A checkpoint records data.lowercase (checkpoint.weights); its Translator then lowercases
+    every source before encoding it, so decode needs no setting to match the training text.
+    Averaging keeps the record."""
+    path = run_dir_of(trained_run) / "checkpoint_last.pt"
+    payload = checkpoint.load(path)
+    assert payload.get("lowercase") is False
+    cased = Translator.from_checkpoint(path)
+    lowered = tmp_path / "lowercased.pt"
+    checkpoint.save(lowered, {**payload, "lowercase": True})
+    lowering = Translator.from_checkpoint(lowered)
+    sentence = "A MAN Is Walking."
+    assert lowering.encode_sources([sentence], 100) == cased.encode_sources([sentence.lower()], 100)
+    assert cased.encode_sources([sentence], 100) != cased.encode_sources([sentence.lower()], 100)
+    assert averaging.average([lowered, lowered])["lowercase"] is True

@@ -36,7 +36,7 @@ def average(sources: List[Path]) -> Dict[str, Any]:
     for name, tensor in first["model"].items():
         stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
         mean[name] = stacked.mean(dim=0).to(tensor.dtype)
-    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages") if key in first}
+    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages", "lowercase") if key in first}
     result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
     return result
 

@@ -5,7 +5,8 @@ and the choice of a checkpoint to translate with: averaging.py.)
 Contract (tools rely on it): torch.load gives a dict with `model` (a plain state_dict, no
 `module.` or compile prefixes), `model_config` (ModelConfig fields), `vocabulary` (the
 sentencepiece model's bytes), `specials` (the ids of pad, unk, bos, eos; absent in checkpoints
-from before it was recorded: 0, 1, 2, 3), `languages`, `step` (all built by `weights`), and for resuming
+from before it was recorded: 0, 1, 2, 3), `languages`, `step`,
+`lowercase` (absent before it was recorded: False; all built by `weights`), and for resuming
 `optimizer` (torch's Adam state), `scheduler` (the schedule's applied updates and settings),
 `config` (the whole configuration as plain values), `processes`, `valid`, `skipped_updates`.
 """
@@ -40,13 +41,15 @@ _NOT_THE_FILES_FAULT = {errno.EIO, errno.EACCES, errno.EPERM, errno.EMFILE, errn
                         errno.ETIMEDOUT, errno.ENXIO, errno.ENODEV}
 
 
-def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, languages: List[str], step: int) -> Dict[str, Any]:
+def weights(model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, languages: List[str], step: int,
+            lowercase: bool = False) -> Dict[str, Any]:
     """What decoding needs: weights (of the plain model, never a DistributedDataParallel or
     compiled wrapper, whose names differ), model config, sentencepiece model and the ids of the
-    special symbols, languages, update."""
+    special symbols, languages, update, and whether its text was lowercased (data.lowercase)."""
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     return {"model": state, "model_config": to_plain(model_cfg), "vocabulary": vocabulary.model_bytes,
-            "specials": vocabulary.specials.as_dict(), "languages": list(languages), "step": step}
+            "specials": vocabulary.specials.as_dict(), "languages": list(languages), "step": step,
+            "lowercase": lowercase}
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:

@@ -56,6 +56,7 @@ class Translator:
     model: Transformer
     vocabulary: Vocabulary
     languages: Optional[List[str]] = None  # [src_lang, tgt_lang] the model was trained on
+    lowercase: bool = False  # trained on lowercased text (data.lowercase): sources are lowercased too
 
     @classmethod
     def from_checkpoint(cls, path: Path) -> "Translator":
@@ -74,7 +75,7 @@ class Translator:
             raise TranslateError(f"{path}: its weights do not fit its model settings: {error}") from None
         model.eval()
         model.prepack_products(*decoding_products())
-        return cls(model, vocabulary, payload.get("languages"))
+        return cls(model, vocabulary, payload.get("languages"), bool(payload.get("lowercase", False)))
 
     def translate(self, sentences: Sequence[str], settings: Optional[DecodeConfig] = None) -> List[str]:
         """Detokenized best translations, in input order (settings: see search())."""
@@ -155,7 +156,7 @@ class Translator:
     def encode_sources(self, sentences: Sequence[str], max_source_length: int, first_line: int = 1) -> List[List[int]]:
         """Token ids of each sentence, at most max_source_length of them; a warning names the
         lines cut."""
-        encoded = self.vocabulary.to_ids(list(sentences))
+        encoded = self.vocabulary.to_ids([s.lower() for s in sentences] if self.lowercase else list(sentences))
         cut = [first_line + i for i, ids in enumerate(encoded) if len(ids) > max_source_length]
         if cut:
             shown = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")

@@ -36,6 +36,20 @@ def test_plain_text_by_prefix(compose):
     assert len(src) == len(tgt) == 5 and all(isinstance(s, str) and s for s in src)
 
 
+def test_lowercase_lowers_both_sides_of_every_split(compose, tmp_path):
+    """data.lowercase (the Multi30k literature's training text): str.lower on both sides, the
+    split's description says so, and the fingerprint differs from the cased corpus's."""
+    (tmp_path / "c.en").write_text("A Dog RUNS.\nÄpfel\n")
+    (tmp_path / "c.de").write_text("Ein Hund LÄUFT.\nSTRAẞE\n")
+    cased = load_corpus(compose("train", "data=text", f"data.train={tmp_path}/c").data, "train")
+    lowered = load_corpus(compose("train", "data=text", f"data.train={tmp_path}/c", f"data.test={tmp_path}/c",
+                                  "data.lowercase=true").data, "test")
+    assert lowered.pairs() == (["a dog runs.", "äpfel"], ["ein hund läuft.", "straße"])
+    assert cased.pairs()[0] == ["A Dog RUNS.", "Äpfel"]
+    assert lowered.description.endswith("lowercased") and len(lowered) == 2
+    assert lowered.fingerprint() != cased.fingerprint()
+
+
 def test_misaligned_text_names_both_files(compose, tmp_path):
     (tmp_path / "c.en").write_text("a\nb\nc\n")
     (tmp_path / "c.de").write_text("x\ny\n")

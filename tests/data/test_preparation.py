@@ -19,6 +19,8 @@ def test_fingerprint_follows_data_and_vocabulary_settings(compose, tmp_path):
     assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "data.vocab_size=100").data, corpus, None) != key
     assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "data.max_length=10").data, corpus, None) != key
     assert fingerprint(compose("train", "data=text", f"data.train={tmp_path}/c", "train.seed=5").data, corpus, None) == key
+    lowercased = compose("train", "data=text", f"data.train={tmp_path}/c", "data.lowercase=true").data
+    assert fingerprint(lowercased, load_corpus(lowercased, "train"), None) != key
     (tmp_path / "c.de").write_text("x y\nz w v\n")
     assert fingerprint(base.data, load_corpus(base.data, "train"), None) != key
 

@@ -106,6 +106,7 @@ class DataConfig:
     test: Optional[str] = None  # plain text: test set prefix
     train_split: str = "train"  # dataset split used for training
     valid_split: str = "validation"  # dataset split used for validation (dev set)
+    lowercase: bool = False  # every split lowercased (both sides) before the vocabulary, as the Multi30k literature trains; the checkpoint lowercases what it translates
     max_length: int = 250  # training pairs with a longer side (in tokens) are dropped
     max_length_ratio: float = 0.0  # training pairs whose longer side exceeds this many times the shorter are dropped; 0 keeps all
     cache_dir: str = "cache"  # encoded corpora and vocabularies, keyed by fingerprint

@@ -181,11 +181,36 @@ def if_local(path: Optional[str], name: str) -> Optional[str]:
 _TEXT_SPLITS = {"train": "train", "validation": "valid", "valid": "valid", "dev": "valid", "test": "test"}
 
 
+@dataclass
+class LowercasedCorpus(ParallelCorpus):
+    """Another corpus with both sides lowercased (data.lowercase): Wu et al. (2021) and much of the
+    Multi30k literature train and score on lowercased text."""
+
+    corpus: ParallelCorpus
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        return f"{self.corpus.description}, lowercased"
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def chunks(self, size: int = 10000) -> Iterator[Chunk]:
+        for src, tgt in self.corpus.chunks(size):
+            yield [s.lower() for s in src], [t.lower() for t in tgt]
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"lowercased:{self.corpus.fingerprint()}".encode()).hexdigest()
+
+
 def load_corpus(data: DataConfig, split: str) -> ParallelCorpus:
-    """The named split of the configured corpus (hub/local dataset or text prefix)."""
+    """The named split of the configured corpus (hub/local dataset or text prefix), lowercased
+    where data.lowercase says so."""
     if data.train is not None or data.path is None:
-        return _load_text(data, split)
-    return _load_dataset_split(data, split)
+        corpus = _load_text(data, split)
+    else:
+        corpus = _load_dataset_split(data, split)
+    return LowercasedCorpus(corpus) if data.lowercase else corpus
 
 
 def _load_text(data: DataConfig, split: str) -> ParallelCorpus:

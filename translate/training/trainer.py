@@ -259,7 +259,7 @@ class Trainer:
         """The checkpoint payload every checkpoint holds: what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
         return checkpoint.weights(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
-                                  self.state.updates)
+                                  self.state.updates, lowercase=self.cfg.data.lowercase)
 
     def save(self, numbered: bool = True) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
