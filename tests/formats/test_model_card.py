@@ -27,3 +27,15 @@ def test_run_record_and_model_card(foreign_run, tmp_path):
                      f"sacreBLEU {score['scores']['sacrebleu']['value']:.2f}", score["scores"]["sacrebleu"]["signature"],
                      record["commands"][0], "translate decode config=tiny", f"{record['model']['parameters']:,} parameters"):
         assert fragment in card, fragment
+
+
+def test_a_model_of_lowercased_text_tells_its_users_to_lowercase():
+    """A checkpoint trained with data.lowercase: the card's example lowercases its input and
+    says why; a cased model's card says nothing of it."""
+    from translate.core.config import DecodeConfig
+    from translate.formats.model_card import model_card
+
+    cased, lowered = (model_card({}, ["en", "de"], 100, 1000, DecodeConfig(), longest_source=10, lowercase=lowercase)
+                      for lowercase in (False, True))
+    assert '"A sentence to translate.".lower()' in lowered and "trained on lowercased text" in lowered
+    assert ".lower()" not in cased and "lowercased" not in cased

@@ -38,7 +38,7 @@ def _training_lines(record: Dict[str, Any]) -> List[str]:
 
 
 def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabulary_size: int, parameters: int,
-               decode: DecodeConfig, *, longest_source: int) -> str:
+               decode: DecodeConfig, *, longest_source: int, lowercase: bool = False) -> str:
     """Markdown: languages, data, vocabulary, model, training, scores, the commands that
     reproduce the run, and how to load the folder."""
     source, target = (languages or ["?", "?"])[:2]
@@ -60,11 +60,15 @@ def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabular
                   f"translate bleu {overrides}".strip(), "```"]
     lines += ["", "## Use", "", "```python", "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer", "",
               'tokenizer = AutoTokenizer.from_pretrained("PATH")', 'model = AutoModelForSeq2SeqLM.from_pretrained("PATH")',
-              'batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)',
+              'batch = tokenizer([' + ('"A sentence to translate.".lower()' if lowercase else '"A sentence to translate."')
+              + '], return_tensors="pt", padding=True)',
               "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
               f"generate() defaults to our decode settings: beam {decode.beam_size}, length penalty "
               f"{decode.length_penalty}, at most {decode.output_cap(longest_source)} output tokens (for the longest input, "
               f"{longest_source} tokens; decode's output cap). transformers' "
               "beam search divides a hypothesis's log-probability by length ** length_penalty, ours by GNMT's "
               "((5 + length) / 6) ** alpha, so beam outputs may differ; greedy outputs (num_beams=1) agree.", ""]
+    if lowercase:
+        lines += ["It was trained on lowercased text (`data.lowercase`) and writes lowercased text: lowercase its "
+                  "input first, as `translate decode` does.", ""]
     return "\n".join(lines)

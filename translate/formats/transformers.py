@@ -140,7 +140,8 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: 
     model.save_pretrained(str(folder), safe_serialization=True)
     write_tokenizer(vocabulary, folder, translator.languages)
     card = model_card(run_record.load(run_dir), translator.languages, len(vocabulary),
-                      translator.model.num_parameters(), decode, longest_source=LONGEST_SOURCE)
+                      translator.model.num_parameters(), decode, longest_source=LONGEST_SOURCE,
+                      lowercase=translator.lowercase)
     (folder / "README.md").write_text(card, encoding="utf-8")
 
 

@@ -28,6 +28,9 @@ def export(cfg: TranslateConfig) -> Path:
         raise TranslateError(f"export.output {output} exists and is not a translate export; choose another folder")
     source = Path(cfg.export.checkpoint) if cfg.export.checkpoint else averaging.chosen_checkpoint(cfg)
     translator = Translator.from_checkpoint(source)
+    if translator.lowercase:
+        log.warning(f"{source} was trained on lowercased text (data.lowercase): the export does not lowercase "
+                    "its input as translate decode does; lowercase it first (the marker and model card say so)")
     problem = paths.usable_folder(output.parent)
     if problem:
         raise TranslateError(f"export.output {output}: {problem}")
@@ -45,7 +48,7 @@ def export(cfg: TranslateConfig) -> Path:
             write_ctranslate2(translator, staging, cfg.decode)
         marker = {"format": str(cfg.export.format), "checkpoint": str(source.resolve()),
                   "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
-                  "max_source_length": cfg.decode.max_source_length}
+                  "max_source_length": cfg.decode.max_source_length, "lowercase": translator.lowercase}
         (staging / paths.EXPORT_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         _swap_in(staging, output)
     except BaseException as error:
