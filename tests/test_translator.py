@@ -9,8 +9,10 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import run_dir_of
+from tests.conftest import run_cli, run_dir_of
 from translate import averaging, checkpoint, translator
+from translate.data.loading import load_corpus
+from translate.hydra_cli import load_config
 from translate.translator import Translator
 
 
@@ -57,8 +59,8 @@ def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
 
 def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(trained_run, tmp_path):
     """A checkpoint records data.lowercase (checkpoint.weights); its Translator then lowercases
-    every source before encoding it, so decode needs no setting to match the training text.
-    Averaging keeps the record."""
+    every source before encoding it, and decode and tune score it against lowercased references,
+    so they need no setting to match the training text. Averaging keeps the record."""
     path = run_dir_of(trained_run) / "checkpoint_last.pt"
     payload = checkpoint.load(path)
     assert payload.get("lowercase") is False
@@ -70,3 +72,11 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(traine
     assert lowering.encode_sources([sentence], 100) == cased.encode_sources([sentence.lower()], 100)
     assert cased.encode_sources([sentence], 100) != cased.encode_sources([sentence.lower()], 100)
     assert averaging.average([lowered, lowered])["lowercase"] is True
+    assert lowering.references(["Ein Hund LÄUFT"]) == ["ein hund läuft"] and cased.references(["Ein Hund"]) == ["Ein Hund"]
+    # decode scores such a model against lowercased references, though data.lowercase is unset here
+    output = tmp_path / "out.de"
+    run_cli("decode", *trained_run, f"decode.checkpoint={lowered}", f"decode.output={output}", "decode.beam_size=1",
+            "decode.max_len_b=3", check=True)
+    references = (tmp_path / "out.de.ref").read_text(encoding="utf-8").splitlines()
+    assert len(references) == 1000 and references == [line.lower() for line in references]
+    assert any(line != line.lower() for line in load_corpus(load_config("decode", trained_run).data, "test").pairs()[1])

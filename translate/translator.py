@@ -77,6 +77,11 @@ class Translator:
         model.prepack_products(*decoding_products())
         return cls(model, vocabulary, payload.get("languages"), bool(payload.get("lowercase", False)))
 
+    def references(self, lines: Sequence[str]) -> List[str]:
+        """References as this model's output is scored against: lowercased for a model of
+        lowercased text, whatever data.lowercase says where it decodes."""
+        return [line.lower() for line in lines] if self.lowercase else list(lines)
+
     def translate(self, sentences: Sequence[str], settings: Optional[DecodeConfig] = None) -> List[str]:
         """Detokenized best translations, in input order (settings: see search())."""
         return [self.vocabulary.to_text([hypotheses[0].tokens])[0] for hypotheses in self.search(sentences, settings)]

@@ -57,6 +57,7 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     else:
         corpus = load_corpus(cfg.data, cfg.decode.split)
         sources, references = corpus.pairs()
+        references = translator.references(references)
         what = corpus.description
     output = paths.decode_output(cfg)
     if cfg.decode.input and output.resolve() == Path(cfg.decode.input).resolve():

@@ -33,6 +33,7 @@ def tune(cfg: TranslateConfig) -> float:
     translator = Translator.from_checkpoint(path)
     corpus = load_corpus(cfg.data, cfg.data.valid_split)
     sources, references = corpus.pairs()
+    references = translator.references(references)
     if cfg.tune.sentences:
         sources, references = sources[:cfg.tune.sentences], references[:cfg.tune.sentences]
     log.info(f"choosing the length penalty on {len(sources):,} sentences of {corpus.description} "
