@@ -53,10 +53,13 @@ def raw_lines(name: str, lang: str) -> List[str]:
 
 
 def scores(hypotheses: List[str], references: List[str]) -> Dict[str, float]:
+    """The literature's score, cased sacreBLEU and its brevity penalty, and sacreBLEU -lc (what a
+    model of lowercased text, data.lowercase, can be held to besides the literature's)."""
     lowercased, _ = lowercased_tokenized_bleu(hypotheses, references, "de")
     sacre, _ = corpus_bleu(hypotheses, references)
+    sacre_lc, _ = corpus_bleu(hypotheses, references, lowercase=True)
     return {"lowercased_tokenized_bleu": round(lowercased.score, 2), "sacrebleu": round(sacre.score, 2),
-            "bp": round(sacre.bp, 3)}
+            "bp": round(sacre.bp, 3), "sacrebleu_lowercased": round(sacre_lc.score, 2)}
 
 
 def translate(*args: str) -> subprocess.CompletedProcess:

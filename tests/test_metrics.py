@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import SHARED_DATA, need
-from translate.metrics import lowercased_tokenized_bleu, tokenized_bleu
+from translate.metrics import corpus_bleu, lowercased_tokenized_bleu, tokenized_bleu
 
 MULTI30K_RAW = SHARED_DATA / "raw" / "multi30k-task1-raw"
 
@@ -59,6 +59,9 @@ def test_case_counts_only_in_the_cased_scores():
     shouted = [line.title() for line in REFERENCES]  # (upper() would turn ß into SS)
     assert lowercased_tokenized_bleu(shouted, REFERENCES, "de")[0].score == pytest.approx(100.0)
     assert tokenized_bleu(shouted, REFERENCES, "de")[0].score < 30
+    assert corpus_bleu(shouted, REFERENCES)[0].score < 30
+    score, signature = corpus_bleu(shouted, REFERENCES, lowercase=True)  # sacreBLEU -lc
+    assert score.score == pytest.approx(100.0) and "case:lc" in str(signature)
 
 
 def test_the_hand_computation_by_hand():

@@ -23,12 +23,13 @@ _FINAL_PERIOD = re.compile(r"\S+\.")  # a word ending in a period, as tokenizer.
 _DOTS = re.compile(r"\.+")
 
 
-def corpus_bleu(hypotheses: List[str], references: List[str]) -> Tuple[Any, Any]:
-    """sacreBLEU's corpus BLEU (13a tokenization, mixed case): (BLEUScore, signature)."""
+def corpus_bleu(hypotheses: List[str], references: List[str], lowercase: bool = False) -> Tuple[Any, Any]:
+    """sacreBLEU's corpus BLEU (13a tokenization, mixed case; with lowercase, sacreBLEU's -lc):
+    (BLEUScore, signature)."""
     from sacrebleu.metrics import BLEU
 
     _check_aligned(hypotheses, references)
-    metric = BLEU()
+    metric = BLEU(lowercase=lowercase)
     return metric.corpus_score(hypotheses, [references]), metric.get_signature()
 
 
