@@ -267,3 +267,8 @@ def test_the_report_names_the_tokenized_bleu_of_the_data_sets_literature(tmp_pat
     text = run_cli("bleu", "data=multi30k_en_de", f"bleu.hyp={tmp_path / 'hyp'}", f"bleu.ref={tmp_path / 'ref'}",
                    f"run_dir={tmp_path}", check=True).stdout
     assert "lowercased tokenized BLEU" in text and text.splitlines()[0].startswith("sacreBLEU")
+    assert "references are lowercased" not in text
+    write(tmp_path / "ref", [r.lower() for r in refs])  # as decode writes them for a model of lowercased text
+    text = run_cli("bleu", "data=multi30k_en_de", f"bleu.hyp={tmp_path / 'hyp'}", f"bleu.ref={tmp_path / 'ref'}",
+                   f"run_dir={tmp_path}", check=True).stdout
+    assert "sacreBLEU (13a, mixed case, but these references are lowercased" in text.splitlines()[1]

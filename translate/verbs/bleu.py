@@ -78,6 +78,9 @@ def score_files(hyp: Path, ref: Path, baseline: Optional[Path], data: DataConfig
     if baseline is not None:
         _check_files(baseline, base_lines, ref, references, "bleu.baseline")
     label = labels(src_lang, tgt_lang, len(references), data.literature_bleu)
+    if all(r == r.lower() for r in references) and any(r != r.upper() for r in references):
+        # e.g. what decode writes for a model of lowercased text (data.lowercase): case is not scored
+        label["sacrebleu"] = label["sacrebleu"].replace("mixed case", "mixed case, but these references are lowercased", 1)
     scores = {}
     for key, (score, signature) in (("sacrebleu", corpus_bleu(hypotheses, references)),
                                     ("chrf", corpus_chrf(hypotheses, references)),
