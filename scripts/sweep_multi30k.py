@@ -166,15 +166,16 @@ def dev_bleu(run: Path, average: int, beam: int, alpha: float, threads: int) -> 
     output = run / "sweep" / f"avg{average}-beam{beam}-alpha{alpha}.de"
     scored = output.with_suffix(".json")
     if not scored.is_file():
-        translate("average", f"run_dir={run}", *data_of(run),
+        data = data_of(run)
+        translate("average", f"run_dir={run}", *data,
                   f"checkpoint.average_last={average}", threads=threads)
         checkpoint = run / "sweep" / f"avg{average}.pt"
         checkpoint.parent.mkdir(exist_ok=True)
         os.replace(run / "checkpoint_average.pt", checkpoint)
-        translate("decode", *data_of(run), f"run_dir={run}", f"decode.checkpoint={checkpoint}",
+        translate("decode", *data, f"run_dir={run}", f"decode.checkpoint={checkpoint}",
                   "decode.split=validation", f"decode.beam_size={beam}", f"decode.length_penalty={alpha}",
                   f"decode.output={output}", threads=threads)
-        report = json.loads(translate("bleu", *data_of(run), f"run_dir={run}",
+        report = json.loads(translate("bleu", *data, f"run_dir={run}",
                                       f"bleu.hyp={output}", f"bleu.ref={output}.ref", "bleu.format=json").stdout)
         scored.write_text(json.dumps({"sacrebleu": report["scores"]["sacrebleu"]["value"],
                                       "bp": float(re.search(r"BP = ([\d.]+)", report["scores"]["sacrebleu"]["text"]).group(1)),

@@ -60,8 +60,7 @@ def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabular
                   f"translate bleu {overrides}".strip(), "```"]
     lines += ["", "## Use", "", "```python", "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer", "",
               'tokenizer = AutoTokenizer.from_pretrained("PATH")', 'model = AutoModelForSeq2SeqLM.from_pretrained("PATH")',
-              'batch = tokenizer([' + ('"A sentence to translate.".lower()' if lowercase else '"A sentence to translate."')
-              + '], return_tensors="pt", padding=True)',
+              f'batch = tokenizer(["A sentence to translate."{".lower()" if lowercase else ""}], return_tensors="pt", padding=True)',
               "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
               f"generate() defaults to our decode settings: beam {decode.beam_size}, length penalty "
               f"{decode.length_penalty}, at most {decode.output_cap(longest_source)} output tokens (for the longest input, "

@@ -35,13 +35,14 @@ LITERATURE_SCORES = {LiteratureBleu.tokenized: "tokenized_bleu", LiteratureBleu.
 
 
 def labels(src_lang: str, tgt_lang: str, lines: int = 3003,
-           literature: LiteratureBleu = LiteratureBleu.tokenized) -> Dict[str, str]:
+           literature: LiteratureBleu = LiteratureBleu.tokenized, lowercased_references: bool = False) -> Dict[str, str]:
     """What each score is comparable to, for this language pair, test set and data set (whose
-    papers report `literature`'s tokenized BLEU; see PAPER.md)."""
+    papers report `literature`'s tokenized BLEU; see PAPER.md), and whether the references are
+    lowercased (as decode writes them for a model of lowercased text, data.lowercase)."""
     pair = f"{src_lang}-{tgt_lang}"
     split = "compound-split" if tgt_lang == "de" else f"no compound splitting: target '{tgt_lang}' is not German"
     tokenized = f"tokenized BLEU (Moses -l {tgt_lang}, {split}"
-    sacre = "sacreBLEU (13a, mixed case"
+    sacre = "sacreBLEU (13a, mixed case" + (", but these references are lowercased" if lowercased_references else "")
     if lines not in _VARIANTS:
         tokenized += "; not newstest2014, so not comparable to the paper's figures)"
         sacre += "; not newstest2014, so not comparable to published WMT14 figures)"
@@ -77,10 +78,8 @@ def score_files(hyp: Path, ref: Path, baseline: Optional[Path], data: DataConfig
     base_lines = read_lines(str(baseline)) if baseline is not None else None
     if baseline is not None:
         _check_files(baseline, base_lines, ref, references, "bleu.baseline")
-    label = labels(src_lang, tgt_lang, len(references), data.literature_bleu)
-    if all(r == r.lower() for r in references) and any(r != r.upper() for r in references):
-        # e.g. what decode writes for a model of lowercased text (data.lowercase): case is not scored
-        label["sacrebleu"] = label["sacrebleu"].replace("mixed case", "mixed case, but these references are lowercased", 1)
+    lowercased = all(r == r.lower() for r in references) and any(r != r.upper() for r in references)  # case not scored
+    label = labels(src_lang, tgt_lang, len(references), data.literature_bleu, lowercased_references=lowercased)
     scores = {}
     for key, (score, signature) in (("sacrebleu", corpus_bleu(hypotheses, references)),
                                     ("chrf", corpus_chrf(hypotheses, references)),
