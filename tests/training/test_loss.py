@@ -53,8 +53,29 @@ def test_label_smoothed_gradient_matches_torch(dtype):
     torch.testing.assert_close(ours.grad.float(), theirs.grad.float(), **tolerance)
 
 
-def test_label_smoothed_graph_runs_backward_once():
-    logits = torch.randn(4, 7, requires_grad=True)
+def test_chunked_bf16_loss_and_gradient_match_torch_across_chunks(monkeypatch):
+    """On the CPU, 16-bit logits are scored and differentiated a few rows at a time: chunks of
+    3 rows over 10 (the last one short) give torch's loss, NLL and gradient."""
+    import translate.training.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "CHUNK_BYTES", 3 * 4 * 23)  # 3 fp32 rows of 23
+    torch.manual_seed(1)
+    logits = (torch.randn(10, 23) * 4).to(torch.bfloat16)
+    target = torch.randint(0, 23, (10,))
+    ours, theirs = logits.clone().requires_grad_(), logits.float().requires_grad_()
+    loss, nll = label_smoothed_nll(ours, target, 0.2)
+    (loss * 0.05).backward()
+    expected = F.cross_entropy(theirs, target, label_smoothing=0.2, reduction="sum")
+    (expected * 0.05).backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll, F.cross_entropy(theirs.detach(), target, reduction="sum"), rtol=1e-5, atol=1e-5)
+    assert ours.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.grad.float(), theirs.grad, rtol=1e-2, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_smoothed_graph_runs_backward_once(dtype):
+    logits = torch.randn(4, 7, dtype=dtype, requires_grad=True)
     loss, _ = label_smoothed_nll(logits, torch.tensor([0, 1, 2, 3]), 0.1)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward twice"):
