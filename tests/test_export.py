@@ -40,3 +40,20 @@ def test_transformers_export_without_the_extra_names_it(trained_run, tmp_path):
                      env=hook_env(tmp_path, blocked=["transformers"]))
     one_line_error(result, "transformers extra", "pip install")
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_model_of_lowercased_text_exports_with_a_warning_and_its_marker_says_so(trained_run, tmp_path):
+    """An export does not lowercase its input as decode does for a model of lowercased text
+    (data.lowercase): the export warns, and its marker records it for whoever loads it."""
+    import json
+
+    from translate import checkpoint
+    from translate.core.paths import EXPORT_MARKER
+
+    lowercased = tmp_path / "lowercased.pt"
+    payload = checkpoint.load(run_dir_of(trained_run) / "checkpoint_last.pt")
+    checkpoint.save(lowercased, {**payload, "lowercase": True})
+    folder = tmp_path / "ct2"
+    result = run_cli("export", *trained_run, f"export.checkpoint={lowercased}", f"export.output={folder}", check=True)
+    assert "trained on lowercased text" in result.stderr and "lowercase it first" in result.stderr
+    assert json.loads((folder / EXPORT_MARKER).read_text(encoding="utf-8"))["lowercase"] is True
