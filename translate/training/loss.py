@@ -46,23 +46,21 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor]:
         ctx.target, ctx.label_smoothing, ctx.dtype = target, label_smoothing, logits.dtype
-        if logits.device.type == "cpu" and logits.dtype != torch.float32 and CHUNK_BYTES:
-            ctx.grad, loss, nll_sum = _chunked_gradient(logits, target, label_smoothing)
-            ctx.log_probs = None
-        else:
-            ctx.log_probs, loss, nll_sum = _terms(logits, target, label_smoothing)
-            ctx.grad = None
+        ctx.chunked = logits.device.type == "cpu" and logits.dtype != torch.float32 and CHUNK_BYTES > 0
+        if ctx.chunked:  # the buffer: softmax - q already, in the logits' dtype
+            ctx.buffer, loss, nll_sum = _chunked_gradient(logits, target, label_smoothing)
+        else:  # the buffer: fp32 log-probabilities
+            ctx.buffer, loss, nll_sum = _terms(logits, target, label_smoothing)
         ctx.mark_non_differentiable(nll_sum)
         return loss, nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> Tuple[Tensor, None, None]:
-        if ctx.grad is not None:  # softmax - q already, in the logits' dtype
-            grad, ctx.grad = ctx.grad, None
-            return grad.mul_(grad_loss), None, None
-        grad, ctx.log_probs = ctx.log_probs, None  # None: a second backward
+        grad, ctx.buffer = ctx.buffer, None
         if grad is None:
             raise RuntimeError("SmoothedCrossEntropy's graph ran backward twice: its buffer is already the gradient")
+        if ctx.chunked:
+            return grad.mul_(grad_loss), None, None
         N, V = grad.shape
         eps = ctx.label_smoothing
         grad.exp_().sub_(eps / V)  # softmax - eps / V
