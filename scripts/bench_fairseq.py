@@ -65,13 +65,18 @@ def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
     return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
 
 
+def timed_overrides(updates: int, threads: int, run_dir: Path) -> list:
+    """`translate train`'s arguments for a timed run of any preset: `updates` updates logged every
+    SKIPPED (so that steady_rate can leave out the first window), no checkpoints or validation."""
+    return [f"train.max_steps={updates}", f"train.log_every={SKIPPED}", f"train.threads={threads}",
+            "checkpoint.every_steps=0", "checkpoint.every_minutes=null", "valid.every_steps=0", f"run_dir={run_dir}"]
+
+
 def train_overrides(model: str, updates: int, threads: int, run_dir: Path, precision: str = "auto") -> list:
     """`translate train`'s arguments for run.sh's settings: its model sizes and dropout, Multi30k
     and 4,096-token batches (config=tiny), warmup 4000, no checkpoints or validation."""
-    return ["config=tiny", f"model={model}", "model.dropout=0.1", f"train.max_steps={updates}",
-            f"train.log_every={SKIPPED}", f"train.threads={threads}", "checkpoint.every_steps=0",
-            "checkpoint.every_minutes=null", "valid.every_steps=0", "optim.warmup_steps=4000", f"run_dir={run_dir}",
-            f"train.precision={precision}"]
+    return ["config=tiny", f"model={model}", "model.dropout=0.1", "optim.warmup_steps=4000",
+            f"train.precision={precision}", *timed_overrides(updates, threads, run_dir)]
 
 
 def ours(model: str, updates: int, threads: int, folder: Path, precision: str = "auto") -> float:

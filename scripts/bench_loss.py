@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bench_fairseq import ROOT, SKIPPED, emit, steady_rate, threads_env
+from bench_fairseq import ROOT, emit, steady_rate, threads_env, timed_overrides
 
 FORMS = {"chunked": None, "whole": 0}  # CHUNK_BYTES: the module's own, or chunking off
 
@@ -64,9 +64,8 @@ def time_loss(vocab: int, repeats: int) -> dict:
 def time_loop(form: str, updates: int, threads: int, folder: Path) -> float:
     run_dir = folder / form
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    command = [sys.executable, "-c", TRAIN, str(FORMS[form]), "train", "config=multi30k", f"train.max_steps={updates}",
-               f"train.log_every={SKIPPED}", f"train.threads={threads}", "checkpoint.every_steps=0",
-               "checkpoint.every_minutes=null", "valid.every_steps=0", "train.max_minutes=null", f"run_dir={run_dir}"]
+    command = [sys.executable, "-c", TRAIN, str(FORMS[form]), "train", "config=multi30k", "train.max_minutes=null",
+               *timed_overrides(updates, threads, run_dir)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True, env=threads_env(threads))
     return steady_rate(result.stderr)
 
