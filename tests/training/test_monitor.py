@@ -19,10 +19,10 @@ def test_logs_account_for_compute(tmp_path):
 
 def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
     """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.training.monitor import bar_total
+    from translate.training.monitor import projected_end
 
-    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
-    assert bar_total(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s
-    assert bar_total(step=110, first_step=100, max_steps=1000, elapsed=5.0, remaining=1000.0) == 1000  # steps first
-    assert bar_total(step=0, first_step=0, max_steps=1000, elapsed=0.0, remaining=50.0) == 1000  # no rate yet
-    assert bar_total(step=30, first_step=0, max_steps=1000, elapsed=10.0, remaining=-1.0) == 30  # time is up
+    assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
+    assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s
+    assert projected_end(step=110, first_step=100, max_steps=1000, elapsed=5.0, remaining=1000.0) == 1000  # steps first
+    assert projected_end(step=0, first_step=0, max_steps=1000, elapsed=0.0, remaining=50.0) == 1000  # no rate yet
+    assert projected_end(step=30, first_step=0, max_steps=1000, elapsed=10.0, remaining=-1.0) == 30  # time is up

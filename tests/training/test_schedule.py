@@ -105,6 +105,31 @@ def test_the_schedules_settings_are_in_its_state():
     assert state["decay"] == "linear" and state["updates"] == 10
 
 
+def test_a_linear_decay_ended_at_a_projected_update_is_the_line_to_that_update():
+    """end_at(10) after the warmup of a run built for 1,000 updates: the warmup's rates were
+    already the same, and from update 5 on every rate is that of a run built for 10 exactly.
+    The end is in the state and a resume keeps it; the paper's decay, which has no end, ignores
+    a saved one (a longer run may resume)."""
+    projected = LearningRateSchedule(128, 4, lr_scale=2.0, updates=1000, decay=Decay.linear)
+    built = LearningRateSchedule(128, 4, lr_scale=2.0, updates=10, decay=Decay.linear)
+    for n in range(1, 5):
+        assert projected.rate().item() == built.rate_at(n)
+        projected.step()
+    projected.end_at(10)
+    for n in range(5, 13):
+        assert projected.rate().item() == built.rate_at(n)
+        projected.step()
+    assert projected.rate_at(11) == 0.0 and projected.rate_at(5) == pytest.approx(2 / math.sqrt(128) / 2 * 6 / 7)
+    state = projected.state_dict()
+    assert state["updates"] == 10 and state["projected"] is True
+    resumed = LearningRateSchedule(128, 4, lr_scale=2.0, updates=1000, decay=Decay.linear)
+    resumed.load_state_dict({**state, "applied": 6})
+    assert resumed.updates == 10 and resumed.projected and resumed.rate().item() == built.rate_at(7)
+    paper = LearningRateSchedule(128, 4, updates=1000)
+    paper.load_state_dict({**state, "applied": 6, "decay": "inverse_sqrt"})
+    assert paper.updates == 1000 and not paper.projected
+
+
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the line's rates by hand and by fairseq's formula: above
 def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
     """`translate train optim.decay=linear`: each update's logged rate is the hand-computed
@@ -115,6 +140,30 @@ def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", result.stderr + result.stdout)}
     assert rates == pytest.approx({1: 0.0625, 2: 0.125, 3: 0.1, 4: 0.075, 5: 0.05, 6: 0.025}, rel=1e-2)
+
+
+def test_a_linear_decay_under_a_time_limit_ends_where_the_limit_is_projected(tmp_path):
+    """`translate train optim.decay=linear train.max_minutes=M` with train.max_steps far away: at
+    the warmup's end the run projects where the time limit will stop it, every later rate is the
+    line to that update, and training stops there (or at the limit, if the pace slowed). The
+    end is saved: the same command again has nothing to do."""
+    need(MULTI30K)
+    command = [*FEW[:-2], "train.max_steps=1000000", "train.log_every=1", "train.max_minutes=0.2",
+               "optim.warmup_steps=2", "optim.decay=linear", "valid.every_steps=0", f"run_dir={tmp_path}/run"]
+    result = run_cli("train", *command)
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stderr + result.stdout
+    end = int(re.search(r"train.max_minutes=0.2 is projected to end at update (\d+)", log).group(1))
+    rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", log)}
+    peak = 32**-0.5 * 2**-0.5
+    assert max(rates) <= end < 1000000 and 2 in rates
+    assert rates == pytest.approx({n: noam(n, 32, 2) if n <= 2 else peak * (end + 1 - n) / (end + 1 - 2) for n in rates},
+                                  rel=1e-2)
+    state = torch.load(tmp_path / "run" / "checkpoint_last.pt", weights_only=False)["scheduler"]
+    assert state["updates"] == end and state["projected"]
+    if max(rates) == end:  # stopped by the projection, not the limit
+        again = run_cli("train", *command)
+        assert again.returncode == 0 and f"already has {end} updates (its last: {end})" in again.stderr + again.stdout
 
 
 def test_a_run_bounded_by_minutes_alone_starts_at_once_and_keeps_exact_rates():

@@ -121,7 +121,9 @@ class OptimConfig:
     eps: float = 1e-9  # Adam epsilon
     warmup_steps: int = 4000  # linear warmup to the peak lr_scale * d_model^-0.5 * warmup^-0.5 (updates)
     lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    decay: Decay = Decay.inverse_sqrt  # after the warmup: the paper's step^-0.5, or linear to zero at train.max_steps
+    # After the warmup: the paper's step^-0.5, or linear to zero at train.max_steps, or under
+    # train.max_minutes at the update the time limit is projected (at the warmup's end) to reach.
+    decay: Decay = Decay.inverse_sqrt
     clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
 
 

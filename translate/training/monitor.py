@@ -55,7 +55,7 @@ class Monitor:
         self.totals.add(stats)
         if self.progress is not None:
             now = time.monotonic()
-            self.progress.total = bar_total(updates, self.first_update, self.cfg.train.max_steps,
+            self.progress.total = projected_end(updates, self.first_update, self.cfg.train.max_steps,
                                             now - self.started, deadline - now)
             self.progress.update(1)
 
@@ -153,10 +153,11 @@ def seconds_since_process_start() -> float:
         return time.monotonic() - _IMPORTED
 
 
-def bar_total(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
-    """The progress bar's end: train.max_steps, or, where train.max_minutes comes first, the
-    update the run will reach by then at its rate so far (step: updates now; first_step: when
-    this run began; elapsed and remaining: seconds since then and up to the time limit)."""
+def projected_end(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
+    """The last update: train.max_steps, or, where train.max_minutes comes first, the update the
+    run will reach by then at its rate so far (step: updates now; first_step: when this run
+    began; elapsed and remaining: seconds since then and up to the time limit). The progress
+    bar's end, and a linear decay's under a time limit (Trainer.project_end)."""
     done = step - first_step
     if done < 1 or elapsed <= 0 or remaining == math.inf:
         return max_steps

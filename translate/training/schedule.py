@@ -1,5 +1,6 @@
 """The learning-rate schedule: the paper's (section 5.3: linear warmup, then inverse square root
-decay), or the same warmup and peak, then a linear fall to zero at the last update."""
+decay), or the same warmup and peak, then a linear fall to zero at the last update (train.max_steps,
+or where train.max_minutes is projected to end: end_at)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class LearningRateSchedule:
             raise ValueError(f"warmup_steps ({warmup_steps}) must be at least 1")
         self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
         self.decay, self.updates = Decay(decay), updates
+        self.projected = False  # whether `updates` is a projection of the time limit (end_at), not train.max_steps
         # CUDA's fused Adam reads a float32 rate; elsewhere float64 is the Python float exactly.
         self.dtype, self.device = (torch.float32 if device.type == "cuda" else torch.float64), device
         self.applied = torch.zeros(1, dtype=torch.long, device=device)  # (1,) updates applied so far
@@ -47,6 +49,13 @@ class LearningRateSchedule:
             peak = self.lr_scale * self.d_model**-0.5 * self.warmup_steps**-0.5
             return peak * max(self.updates + 1 - n, 0) / max(self.updates + 1 - self.warmup_steps, 1)
         return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
+
+    def end_at(self, updates: int) -> None:
+        """End the linear decay at update `updates` instead (the update a time limit is projected
+        to reach). Called at the end of the warmup, whose rates do not depend on the end: no rate
+        already used changes."""
+        self.updates, self.projected = updates, True
+        self._start_table(min(max(self.counted - 16, 0), self.updates))
 
     def _start_table(self, base: int) -> None:
         """The table from row `base` (the rate of update base + 1) on: a run resumed far into
@@ -84,11 +93,13 @@ class LearningRateSchedule:
     def state_dict(self) -> Dict[str, Any]:
         """Plain numbers: the applied updates (read from the device) and the settings."""
         return {"applied": int(self.applied.item()), "d_model": self.d_model, "warmup_steps": self.warmup_steps,
-                "lr_scale": self.lr_scale, "decay": str(self.decay), "updates": self.updates}
+                "lr_scale": self.lr_scale, "decay": str(self.decay), "updates": self.updates, "projected": self.projected}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Our own state, or that of the LambdaLR that checkpoints written before this class
         hold (its last_epoch counted the applied updates the same way)."""
         self.counted = int(state["applied"] if "applied" in state else state["last_epoch"])
         self.applied.fill_(self.counted)
+        if state.get("projected") and self.decay == Decay.linear:  # the end the saved run projected stays
+            self.updates, self.projected = min(int(state["updates"]), self.updates), True
         self._start_table(min(max(self.counted - 16, 0), self.updates))  # a few steps back too (step_back); within the table
