@@ -70,9 +70,12 @@ def translate(*args: str) -> subprocess.CompletedProcess:
 def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List[str]) -> None:
     run_dir = folder / "ours"
     common = [f"config={preset}", f"run_dir={run_dir}", *overrides]
+    # The time limit, then the overrides (which win: train.max_steps among them stops the run earlier).
+    limits = [f"config={preset}", f"run_dir={run_dir}", f"train.max_minutes={minutes}", f"train.max_steps={10**9}",
+              *overrides]
     started = time.monotonic()
     if train:
-        translate("train", *common, f"train.max_minutes={minutes}", f"train.max_steps={10**9}")
+        translate("train", *limits)
     trained = time.monotonic() - started
     translate("tune", *common)  # alpha on the dev split; decode then uses it
     record = json.loads((run_dir / "run_record.json").read_text())
@@ -83,8 +86,8 @@ def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List
         results[split] = scores(output.read_text(encoding="utf-8").splitlines(), raw_lines(name, "de"))
         emit(measurement="multi30k_test", trainer="ours", split=name, **results[split])
     training = record["training"]
-    emit(measurement="multi30k_summary", trainer="ours", command=f"translate train {' '.join(common)} "
-         f"train.max_minutes={minutes}", updates=training["updates"], training_minutes=round(training["seconds"] / 60, 1),
+    emit(measurement="multi30k_summary", trainer="ours", command=f"translate train {' '.join(limits)}",
+         updates=training["updates"], training_minutes=round(training["seconds"] / 60, 1),
          wall_minutes_this_run=round(trained / 60, 1) if train else None, precision=training["precision"],
          alpha=record.get("length_penalty", {}).get("alpha"), test2016_lowercased_tokenized_bleu=results["test"][
              "lowercased_tokenized_bleu"], published=PUBLISHED)
