@@ -19,7 +19,7 @@ def test_logs_account_for_compute(tmp_path):
 
 def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
     """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.training.monitor import projected_end
+    from translate.training.schedule import projected_end
 
     assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
     assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s

@@ -153,7 +153,7 @@ def test_a_linear_decay_under_a_time_limit_ends_where_the_limit_is_projected(tmp
     result = run_cli("train", *command)
     assert result.returncode == 0, result.stderr[-2000:]
     log = result.stderr + result.stdout
-    end = int(re.search(r"train.max_minutes=0.2 is projected to end at update (\d+)", log).group(1))
+    end = int(re.search(r"the time limit is projected to end the run at update (\d+)", log).group(1))
     rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", log)}
     peak = 32**-0.5 * 2**-0.5
     assert max(rates) <= end < 1000000 and 2 in rates

@@ -22,6 +22,7 @@ from translate.data.cache import PreparedData
 from translate.model import Transformer
 from translate.training import distributed
 from translate.training.flops import Accounting
+from translate.training.schedule import projected_end
 from translate.training.update import StepStats
 
 if TYPE_CHECKING:
@@ -43,14 +44,24 @@ class Monitor:
         self.record_parts, self.previous, self.precision = record, previous, precision
         self.started = self.window_start = time.monotonic()  # this run's start; the log window's
         self.first_update = first_update  # where this run's loop began
+        self.paced_from: Optional[Tuple[int, float]] = None  # (updates, time) when this run's first update was counted
+        self.last_counted = first_update
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
         self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
         self.target: Optional[Dict[str, float]] = None  # when train.target_bleu was reached
         self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
         self.progress = _progress_bar(cfg.train.max_steps, first_update) if context.is_main else None
 
+    def pace(self) -> Tuple[int, float]:
+        """(updates, monotonic time) to measure this run's pace from: after its first update
+        (start-up: memory, kernels, compilation), where a later one has been counted."""
+        return self.paced_from if self.paced_from[0] < self.last_counted else (self.first_update, self.started)
+
     def count(self, stats: StepStats, updates: int, deadline: float) -> None:
         """One more update counted (updates: the count now); the bar's end follows the time limit."""
+        self.last_counted = updates
+        if self.paced_from is None:
+            self.paced_from = (updates, time.monotonic())
         self.window.add(stats)
         self.totals.add(stats)
         if self.progress is not None:
@@ -151,17 +162,6 @@ def seconds_since_process_start() -> float:
         return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks after boot
     except (OSError, ValueError, IndexError):
         return time.monotonic() - _IMPORTED
-
-
-def projected_end(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
-    """The last update: train.max_steps, or, where train.max_minutes comes first, the update the
-    run will reach by then at its rate so far (step: updates now; first_step: when this run
-    began; elapsed and remaining: seconds since then and up to the time limit). The progress
-    bar's end, and a linear decay's under a time limit (Trainer.project_end)."""
-    done = step - first_step
-    if done < 1 or elapsed <= 0 or remaining == math.inf:
-        return max_steps
-    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))
 
 
 def _progress_bar(total: int, initial: int):

@@ -4,12 +4,18 @@ or where train.max_minutes is projected to end: end_at)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Union
+from typing import Any, Callable, Dict, Tuple, Union
+
+import logging
+import math
+import time
 
 import torch
 from torch import Tensor
 
 from translate.core.choices import Decay
+
+log = logging.getLogger(__name__)
 
 
 class LearningRateSchedule:
@@ -49,6 +55,25 @@ class LearningRateSchedule:
             peak = self.lr_scale * self.d_model**-0.5 * self.warmup_steps**-0.5
             return peak * max(self.updates + 1 - n, 0) / max(self.updates + 1 - self.warmup_steps, 1)
         return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
+
+    def ends_by_time(self, deadline: float, updates: int) -> bool:
+        """Whether, after `updates`, the end of a linear decay is due to be projected from a time
+        limit: at the warmup's end, whose rates do not depend on where the line ends."""
+        return (self.decay == Decay.linear and not self.projected and deadline < math.inf
+                and updates >= self.warmup_steps)
+
+    def project_end(self, updates: int, paced_from: Tuple[int, float], deadline: float,
+                    agree: Callable[[int], int] = int) -> int:
+        """End the linear decay at the update the time limit (the monotonic `deadline`) is
+        projected to reach at the pace since `paced_from` (updates, time), or at its current end
+        if earlier; `agree` makes every process's projection the main one's. Returns the end."""
+        first, since = paced_from
+        now = time.monotonic()
+        end = max(int(agree(projected_end(updates, first, self.updates, now - since, deadline - now))), updates)
+        self.end_at(end)
+        log.info(f"optim.decay=linear: the time limit is projected to end the run at update {end} (the pace of "
+                 f"updates {first + 1}-{updates}); the rate falls to zero there, and training stops there")
+        return end
 
     def end_at(self, updates: int) -> None:
         """End the linear decay at update `updates` instead (the update a time limit is projected
@@ -103,3 +128,14 @@ class LearningRateSchedule:
         if state.get("projected") and self.decay == Decay.linear:  # the end the saved run projected stays
             self.updates, self.projected = min(int(state["updates"]), self.updates), True
         self._start_table(min(max(self.counted - 16, 0), self.updates))  # a few steps back too (step_back); within the table
+
+
+def projected_end(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
+    """The last update: train.max_steps, or, where train.max_minutes comes first, the update the
+    run will reach by then at its rate so far (step: updates now; first_step: when this run
+    began; elapsed and remaining: seconds since then and up to the time limit). The progress
+    bar's end, and a linear decay's under a time limit (Trainer.project_end)."""
+    done = step - first_step
+    if done < 1 or elapsed <= 0 or remaining == math.inf:
+        return max_steps
+    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from torch import nn
 
 from translate import checkpoint
 from translate.core import paths, run_record
-from translate.core.choices import Decay, Positions
+from translate.core.choices import Positions
 from translate.core.config import ModelConfig, TranslateConfig, to_plain
 from translate.core.errors import Interrupted, TranslateError
 from translate.core.host_memory import keep_compiled_products, keep_freed_memory
@@ -35,7 +35,7 @@ from translate.model import Transformer
 from translate.training import distributed, resume
 from translate.training.flops import Accounting
 from translate.training.loss import LabelSmoothedObjective
-from translate.training.monitor import Monitor, projected_end, record_parts
+from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.training.schedule import LearningRateSchedule
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
@@ -61,7 +61,6 @@ class LoopState:
     grad_norm: float = 0.0  # of the last update counted
     lr: float = 0.0
     saved_at: Optional[int] = None  # the update of the last checkpoint this run wrote
-    paced_from: Optional[Tuple[int, float]] = None  # (updates, monotonic time) when this run's first update was counted
     last_saved: float = field(default_factory=time.monotonic)
 
 
@@ -169,45 +168,24 @@ class Trainer:
     def last_path(self) -> Path:
         return Path(self.cfg.run_dir) / paths.LAST_CHECKPOINT
 
-    @property
-    def last_update(self) -> int:
-        """Where training stops: train.max_steps, or where a linear decay ends earlier (project_end)."""
-        return self.learner.schedule.updates
-
-    @property
-    def projects_end(self) -> bool:
-        """Whether the linear decay's end is still to be projected from train.max_minutes."""
-        schedule = self.learner.schedule
-        return schedule.decay == Decay.linear and not schedule.projected and self.state.deadline < math.inf
-
     def project_end(self) -> None:
-        """At the end of the warmup (whose rates do not depend on where the decay ends), end the
-        linear decay, and training, at the update the time limit is projected to reach at the
-        pace so far (validations and checkpoints included), or at train.max_steps if earlier: a
-        run bounded by minutes ends its rate near zero on any machine. The pace leaves out the
-        first update (start-up: memory, kernels, compilation). The main process's projection
-        holds on all."""
-        state, now = self.state, time.monotonic()
-        first, since = state.paced_from if state.paced_from[0] < state.updates else (self.monitor.first_update,
-                                                                                        self.monitor.started)
-        end = projected_end(state.updates, first, self.cfg.train.max_steps, now - since, state.deadline - now)
-        end = max(int(distributed.from_main(end, self.context)), state.updates)
-        self.learner.schedule.end_at(end)
-        log.info(f"optim.decay=linear: train.max_minutes={self.cfg.train.max_minutes:g} is projected to end at update "
-                 f"{end} (the pace of updates {first + 1}-{state.updates}); the rate falls to zero there, and "
-                 "training stops there")
+        """optim.decay=linear under train.max_minutes: where the line ends, projected at the warmup's end."""
+        schedule, state = self.learner.schedule, self.state
+        if schedule.ends_by_time(state.deadline, state.updates):  # the main process's projection holds on all
+            schedule.project_end(state.updates, self.monitor.pace(), state.deadline,
+                                 lambda end: distributed.from_main(end, self.context))
 
     def train(self) -> Path:
         """Section 5 of the paper, one update at a time, then the boundaries; to
         train.max_steps, the time limit, a stop signal or early stopping."""
         cfg, state = self.cfg, self.state
-        if state.updates >= self.last_update:
-            log.info(f"{self.last_path} already has {state.updates} updates (its last: {self.last_update}): "
+        if state.updates >= self.learner.schedule.updates:
+            log.info(f"{self.last_path} already has {state.updates} updates (its last: {self.learner.schedule.updates}): "
                      "nothing to do")
             return self.last_path
         learner = self.learner
         learner.model.train()
-        while state.updates < self.last_update and not self.between_updates():
+        while state.updates < self.learner.schedule.updates and not self.between_updates():
             batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
             distributed.doing(f"update {state.updates + 1}: forward and backward")
             stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
@@ -219,9 +197,8 @@ class Trainer:
             self.settle(keep=1)  # the previous update, while the device works on this one
             if not self.boundary(state.updates + 1) or not self.settle():
                 continue
-            if self.projects_end and state.updates >= learner.schedule.warmup_steps:
-                self.project_end()
-            if _every(state.updates, cfg.train.log_every) or state.updates == self.last_update:
+            self.project_end()
+            if _every(state.updates, cfg.train.log_every) or state.updates == self.learner.schedule.updates:
                 self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
             # Validate before saving, so that the checkpoint holds this validation's result.
             if self.validator.due(state.updates) and self.validate():
@@ -257,8 +234,6 @@ class Trainer:
     def _count(self, stats: StepStats, loss: float, nll: float, norm: float, lr: float) -> None:
         state = self.state
         state.updates, state.nonfinite_in_a_row, state.grad_norm, state.lr = state.updates + 1, 0, norm, lr
-        if state.paced_from is None:
-            state.paced_from = (state.updates, time.monotonic())
         stats.loss, stats.nll = loss, nll
         self.monitor.count(stats, state.updates, state.deadline)
 
@@ -276,8 +251,8 @@ class Trainer:
     def boundary(self, n: int) -> bool:
         """Whether something happens after update n (so that it must be read at once)."""
         cfg = self.cfg
-        return (n >= self.last_update or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
-                or self.save_due(n) or (self.projects_end and n >= self.learner.schedule.warmup_steps))
+        return (n >= self.learner.schedule.updates or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
+                or self.save_due(n) or self.learner.schedule.ends_by_time(self.state.deadline, n))
 
     # The boundaries.
 
