@@ -4,11 +4,10 @@ or where train.max_minutes is projected to end: end_at)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple, Union
-
 import logging
 import math
 import time
+from typing import Any, Callable, Dict, Tuple, Union
 
 import torch
 from torch import Tensor
