@@ -69,10 +69,10 @@ def translate(*args: str) -> subprocess.CompletedProcess:
 
 def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List[str]) -> None:
     run_dir = folder / "ours"
-    common = [f"config={preset}", f"run_dir={run_dir}", *overrides]
+    run = [f"config={preset}", f"run_dir={run_dir}"]
+    common = [*run, *overrides]
     # The time limit, then the overrides (which win: train.max_steps among them stops the run earlier).
-    limits = [f"config={preset}", f"run_dir={run_dir}", f"train.max_minutes={minutes}", f"train.max_steps={10**9}",
-              *overrides]
+    limits = [*run, f"train.max_minutes={minutes}", f"train.max_steps={10**9}", *overrides]
     started = time.monotonic()
     if train:
         translate("train", *limits)

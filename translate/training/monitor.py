@@ -45,21 +45,19 @@ class Monitor:
         self.started = self.window_start = time.monotonic()  # this run's start; the log window's
         self.first_update = first_update  # where this run's loop began
         self.paced_from: Optional[Tuple[int, float]] = None  # (updates, time) when this run's first update was counted
-        self.last_counted = first_update
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
         self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
         self.target: Optional[Dict[str, float]] = None  # when train.target_bleu was reached
         self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
         self.progress = _progress_bar(cfg.train.max_steps, first_update) if context.is_main else None
 
-    def pace(self) -> Tuple[int, float]:
-        """(updates, monotonic time) to measure this run's pace from: after its first update
-        (start-up: memory, kernels, compilation), where a later one has been counted."""
-        return self.paced_from if self.paced_from[0] < self.last_counted else (self.first_update, self.started)
+    def pace(self, updates: int) -> Tuple[int, float]:
+        """(updates, monotonic time) to measure this run's pace from, `updates` counted: after its
+        first update (start-up: memory, kernels, compilation), where a later one has been counted."""
+        return self.paced_from if self.paced_from[0] < updates else (self.first_update, self.started)
 
     def count(self, stats: StepStats, updates: int, deadline: float) -> None:
         """One more update counted (updates: the count now); the bar's end follows the time limit."""
-        self.last_counted = updates
         if self.paced_from is None:
             self.paced_from = (updates, time.monotonic())
         self.window.add(stats)
@@ -67,7 +65,7 @@ class Monitor:
         if self.progress is not None:
             now = time.monotonic()
             self.progress.total = projected_end(updates, self.first_update, self.cfg.train.max_steps,
-                                            now - self.started, deadline - now)
+                                                now - self.started, deadline - now)
             self.progress.update(1)
 
     def log(self, updates: int, lr: float, grad_norm: float, skipped: int) -> None:

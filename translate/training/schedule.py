@@ -133,7 +133,7 @@ def projected_end(step: int, first_step: int, max_steps: int, elapsed: float, re
     """The last update: train.max_steps, or, where train.max_minutes comes first, the update the
     run will reach by then at its rate so far (step: updates now; first_step: when this run
     began; elapsed and remaining: seconds since then and up to the time limit). The progress
-    bar's end, and a linear decay's under a time limit (Trainer.project_end)."""
+    bar's end, and a linear decay's under a time limit (LearningRateSchedule.project_end)."""
     done = step - first_step
     if done < 1 or elapsed <= 0 or remaining == math.inf:
         return max_steps

@@ -172,7 +172,7 @@ class Trainer:
         """optim.decay=linear under train.max_minutes: where the line ends, projected at the warmup's end."""
         schedule, state = self.learner.schedule, self.state
         if schedule.ends_by_time(state.deadline, state.updates):  # the main process's projection holds on all
-            schedule.project_end(state.updates, self.monitor.pace(), state.deadline,
+            schedule.project_end(state.updates, self.monitor.pace(state.updates), state.deadline,
                                  lambda end: distributed.from_main(end, self.context))
 
     def train(self) -> Path:
