@@ -22,13 +22,32 @@ def copy_of(trained_run, tmp_path):
 
 
 def test_the_paper_alpha_without_a_choice_and_the_recorded_one_with_it(tmp_path):
-    assert run_record.chosen_length_penalty(tmp_path) is None
+    assert run_record.chosen_length_penalty(tmp_path, tmp_path / "checkpoint_last.pt") is None
     assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 0.6
     run_record.save(tmp_path, {run_record.LENGTH_PENALTY: {"alpha": 1.2}})
     assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
     assert load_config("export", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
     # Told otherwise on the command line, even to the paper's value:
     assert load_config("decode", [f"run_dir={tmp_path}", "decode.length_penalty=0.6"]).decode.length_penalty == 0.6
+
+
+def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path):
+    """A tune of one checkpoint leaves another's alpha alone; a checkpoint never tuned decodes
+    with the preset's (the paper's 0.6 here), and the record's last entry is the last tune."""
+    for step in (2, 4):
+        (tmp_path / f"checkpoint_{step}.pt").write_bytes(b"")
+    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_average.pt", {"alpha": 1.2})
+    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_4.pt", {"alpha": 2.0})
+
+    def alpha(*overrides):
+        return load_config("decode", [f"run_dir={tmp_path}", *overrides]).decode.length_penalty
+
+    assert alpha("checkpoint.average_last=2") == 1.2  # decode reads the average by default
+    assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_4.pt'}") == 2.0
+    assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_2.pt'}") == 0.6
+    assert alpha("checkpoint.average_last=0") == 0.6  # checkpoint_last.pt: never tuned
+    assert run_record.load(tmp_path)["length_penalty"]["alpha"] == 2.0
+    assert run_record.tuned_checkpoints(tmp_path) == ["checkpoint_4.pt", "checkpoint_average.pt"]
 
 
 def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):

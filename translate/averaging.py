@@ -74,16 +74,11 @@ def chosen_checkpoint(cfg: TranslateConfig) -> Path:
     preset averages (checkpoint.average_last), the average of run_dir's last numbered
     checkpoints, (re)built first when they are newer than it, so that train, decode, bleu need
     no extra step; else (or with nothing to average) the last checkpoint train wrote."""
-    if cfg.decode.checkpoint:
-        return Path(cfg.decode.checkpoint)
-    run_dir = Path(cfg.run_dir)
-    last, path = run_dir / paths.LAST_CHECKPOINT, run_dir / paths.AVERAGE_CHECKPOINT
-    if cfg.checkpoint.average_last < 1:
-        return last
-    sources = paths.numbered_checkpoints(run_dir)
-    if not sources and not path.is_file():  # nothing to average: the last checkpoint, if any
-        return last
+    path = paths.decoded_checkpoint(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
+    if cfg.decode.checkpoint or path.name != paths.AVERAGE_CHECKPOINT:
+        return path
+    sources = paths.numbered_checkpoints(Path(cfg.run_dir))
     stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))
     if stale and sources:
-        average_last(run_dir, cfg.checkpoint.average_last)
+        average_last(Path(cfg.run_dir), cfg.checkpoint.average_last)
     return path

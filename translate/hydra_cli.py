@@ -10,6 +10,7 @@ Multirun (`-m`): every job of a sweep gets its own run_dir, `<run_dir>/<its swep
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import warnings
@@ -19,13 +20,14 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from translate.core import run_record
+from translate.core import paths, run_record
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError
 from translate.core.paths import PROJECT_ROOT, usable_folder
 from translate.data.loading import if_local, local_or_hub
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
+log = logging.getLogger("translate")
 
 
 def job_name(verb: str) -> List[str]:
@@ -83,12 +85,19 @@ def register() -> None:
 
 def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str]) -> TranslateConfig:
     """decode.length_penalty as the command line gives it; else the alpha `translate tune` chose
-    on the dev split for this run_dir (its run record); else the preset's, or the schema's (the
-    paper's 0.6)."""
-    given = any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides)
-    chosen = None if given else run_record.chosen_length_penalty(Path(cfg.run_dir))
+    on the dev split for the checkpoint this verb reads (run_dir's record keeps one for each
+    checkpoint tuned); else the preset's, or the schema's (the paper's 0.6)."""
+    if any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides):
+        return cfg
+    run_dir = Path(cfg.run_dir)
+    checkpoint = paths.decoded_checkpoint(run_dir, cfg.decode.checkpoint, cfg.checkpoint.average_last)
+    chosen = run_record.chosen_length_penalty(run_dir, checkpoint)
     if chosen is not None:
         cfg.decode.length_penalty = chosen
+    elif run_record.tuned_checkpoints(run_dir):
+        log.warning(f"translate tune chose a length penalty for {', '.join(run_record.tuned_checkpoints(run_dir))} "
+                    f"in {run_dir}, not for {run_record.checkpoint_key(run_dir, checkpoint)}: alpha "
+                    f"{cfg.decode.length_penalty} (translate tune with the same checkpoint chooses one)")
     return cfg
 
 

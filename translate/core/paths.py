@@ -44,6 +44,19 @@ def numbered_checkpoints(run_dir: Path) -> List[Path]:
     return [p for _, p in sorted(found)]
 
 
+def decoded_checkpoint(run_dir: Path, given: Optional[str], average_last: int) -> Path:
+    """The checkpoint decode, tune and export read (averaging.chosen_checkpoint, which first
+    builds the average where it is stale): the one given; else, where the preset averages and
+    there is something to average (or an average already), the average; else the last one."""
+    if given:
+        return Path(given)
+    run_dir = Path(run_dir)
+    average = run_dir / AVERAGE_CHECKPOINT
+    if average_last >= 1 and (average.is_file() or numbered_checkpoints(run_dir)):
+        return average
+    return run_dir / LAST_CHECKPOINT
+
+
 def run_record(run_dir: Path) -> Path:
     return Path(run_dir) / RUN_RECORD
 

@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional
 from translate.core import paths
 from translate.core.errors import TranslateError
 
-LENGTH_PENALTY = "length_penalty"  # tune's entry: the alpha chosen on the dev split and the scores behind it
+LENGTH_PENALTY = "length_penalty"  # tune's last entry: the alpha chosen on the dev split and the scores behind it
+LENGTH_PENALTIES = "length_penalties"  # every checkpoint's last entry, by checkpoint_key: each keeps its own alpha
 
 
 def load(run_dir: Path) -> Dict[str, Any]:
@@ -85,11 +86,37 @@ def record_score(run_dir: Path, report: Dict[str, Any]) -> None:
     save(run_dir, record)
 
 
-def chosen_length_penalty(run_dir: Path) -> Optional[float]:
-    """The alpha `translate tune` chose for run_dir, None where it has not (decode then uses
-    the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty)."""
-    chosen = load(Path(run_dir)).get(LENGTH_PENALTY, {}).get("alpha")
+def checkpoint_key(run_dir: Path, checkpoint: Path) -> str:
+    """A checkpoint as the record names it: relative to run_dir where it lies inside (the record
+    moves with its run), else its absolute path."""
+    resolved, root = Path(checkpoint).resolve(), Path(run_dir).resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
+
+
+def record_length_penalty(run_dir: Path, checkpoint: Path, entry: Dict[str, Any]) -> None:
+    """tune's choice for one checkpoint: kept beside those of the others (a tune of another
+    checkpoint does not change what this one decodes with)."""
+    record = load(run_dir)
+    record[LENGTH_PENALTY] = entry
+    record.setdefault(LENGTH_PENALTIES, {})[checkpoint_key(run_dir, checkpoint)] = entry
+    save(run_dir, record)
+
+
+def chosen_length_penalty(run_dir: Path, checkpoint: Path) -> Optional[float]:
+    """The alpha `translate tune` chose for this checkpoint of run_dir; None where it chose none
+    for it (decode then uses the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty).
+    A record from before tune kept one per checkpoint holds one alpha: it stands for any."""
+    record = load(Path(run_dir))
+    if LENGTH_PENALTIES in record:
+        chosen = record[LENGTH_PENALTIES].get(checkpoint_key(run_dir, checkpoint), {}).get("alpha")
+    else:
+        chosen = record.get(LENGTH_PENALTY, {}).get("alpha")
     return float(chosen) if isinstance(chosen, (int, float)) else None
+
+
+def tuned_checkpoints(run_dir: Path) -> List[str]:
+    """The checkpoints tune has chosen an alpha for, as the record names them."""
+    return sorted(load(Path(run_dir)).get(LENGTH_PENALTIES, {}))
 
 
 def run_dirs(folders: List[str]) -> List[Path]:

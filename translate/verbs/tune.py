@@ -3,9 +3,9 @@ alpha "after experimentation on the development set" (section 6.1).
 
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
 and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
-the brevity penalty of each, and records the best in the run record;
-from then on `translate decode` and `translate export` of the run use it, unless the command
-line sets decode.length_penalty (hydra_cli.with_tuned_length_penalty).
+the brevity penalty of each, and records the best in the run record for the checkpoint it
+decoded; from then on `translate decode` and `translate export` of that checkpoint use it, unless
+the command line sets decode.length_penalty (hydra_cli.with_tuned_length_penalty).
 """
 
 from __future__ import annotations
@@ -43,11 +43,9 @@ def tune(cfg: TranslateConfig) -> float:
     best = _best(scores)
     print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
           f"translate decode uses it unless decode.length_penalty is given")
-    record = run_record.load(Path(cfg.run_dir))
-    record[run_record.LENGTH_PENALTY] = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources),
-                          "checkpoint": str(path), "beam_size": cfg.decode.beam_size, "scores": scores,
-                          "command": run_record.command_line("tune")}
-    run_record.save(Path(cfg.run_dir), record)
+    entry = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources), "checkpoint": str(path),
+             "beam_size": cfg.decode.beam_size, "scores": scores, "command": run_record.command_line("tune")}
+    run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
     return best["alpha"]
 
 
