@@ -73,6 +73,25 @@ def test_chunked_bf16_loss_and_gradient_match_torch_across_chunks(monkeypatch):
     torch.testing.assert_close(ours.grad.float(), theirs.grad, rtol=1e-2, atol=1e-4)
 
 
+def test_without_a_gradient_to_come_none_is_written_out(monkeypatch):
+    """Validation (no_grad) scores 16-bit logits as torch does, without computing their gradient."""
+    import translate.training.loss as loss_module
+
+    def refused(*args):
+        raise AssertionError("a gradient computed under no_grad")
+
+    monkeypatch.setattr(loss_module, "_chunked_gradient", refused)
+    torch.manual_seed(2)
+    logits, target = (torch.randn(12, 29) * 3).to(torch.bfloat16).requires_grad_(), torch.randint(0, 29, (12,))
+    with torch.no_grad():
+        loss, nll = label_smoothed_nll(logits, target, 0.1)
+    expected = F.cross_entropy(logits.detach().float(), target, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.detach().float(), target, reduction="sum"), rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError, match="under no_grad"):  # with a gradient to come, it is written out
+        label_smoothed_nll(logits, target, 0.1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_label_smoothed_graph_runs_backward_once(dtype):
     logits = torch.randn(4, 7, dtype=dtype, requires_grad=True)

@@ -16,7 +16,9 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, label_smoothing: float) -
     divides by the number of target tokens. Equals F.cross_entropy(label_smoothing=eps,
     reduction="sum"), and also returns the unsmoothed NLL for perplexity (not differentiable).
     """
-    if torch.compiler.is_compiling():  # the compiler fuses the plain form itself
+    # Compiled, the compiler fuses the plain form itself; without a gradient to come (validation,
+    # under no_grad), the written-out gradient would be work for nothing.
+    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and logits.requires_grad):
         return _plain(logits, target, label_smoothing)
     return SmoothedCrossEntropy.apply(logits, target, label_smoothing)
 
