@@ -2,6 +2,7 @@
 then uses it unless told otherwise."""
 
 import json
+import logging
 import re
 import shutil
 
@@ -31,7 +32,7 @@ def test_the_paper_alpha_without_a_choice_and_the_recorded_one_with_it(tmp_path)
     assert load_config("decode", [f"run_dir={tmp_path}", "decode.length_penalty=0.6"]).decode.length_penalty == 0.6
 
 
-def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path):
+def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path, caplog):
     """A tune of one checkpoint leaves another's alpha alone; a checkpoint never tuned decodes
     with the preset's (the paper's 0.6 here), and the record's last entry is the last tune."""
     for step in (2, 4):
@@ -44,7 +45,9 @@ def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path):
 
     assert alpha("checkpoint.average_last=2") == 1.2  # decode reads the average by default
     assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_4.pt'}") == 2.0
-    assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_2.pt'}") == 0.6
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_2.pt'}") == 0.6
+    assert "for checkpoint_4.pt, checkpoint_average.pt" in caplog.text and "not for checkpoint_2.pt" in caplog.text
     assert alpha("checkpoint.average_last=0") == 0.6  # checkpoint_last.pt: never tuned
     assert run_record.load(tmp_path)["length_penalty"]["alpha"] == 2.0
     assert run_record.tuned_checkpoints(tmp_path) == ["checkpoint_4.pt", "checkpoint_average.pt"]

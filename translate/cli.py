@@ -123,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"translate {verb}: error: {error}", file=sys.stderr)
             sys.exit(1)
         typed.run_dir = job_run_dir(typed.run_dir)
-        typed = with_tuned_length_penalty(typed, list(HydraConfig.get().overrides.task))
+        typed = with_tuned_length_penalty(typed, list(HydraConfig.get().overrides.task), verb)
         code = run_verb(verb, typed)
         if code:
             sys.exit(code)

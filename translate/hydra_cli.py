@@ -83,10 +83,11 @@ def register() -> None:
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
 
 
-def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str]) -> TranslateConfig:
+def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str], verb: str = "decode") -> TranslateConfig:
     """decode.length_penalty as the command line gives it; else the alpha `translate tune` chose
     on the dev split for the checkpoint this verb reads (run_dir's record keeps one for each
-    checkpoint tuned); else the preset's, or the schema's (the paper's 0.6)."""
+    checkpoint tuned); else the preset's, or the schema's (the paper's 0.6). decode and export
+    say so when tune chose alphas for other checkpoints of the run but not this one."""
     if any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides):
         return cfg
     run_dir = Path(cfg.run_dir)
@@ -94,7 +95,7 @@ def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str]) -> Tra
     chosen = run_record.chosen_length_penalty(run_dir, checkpoint)
     if chosen is not None:
         cfg.decode.length_penalty = chosen
-    elif run_record.tuned_checkpoints(run_dir):
+    elif verb in ("decode", "export") and run_record.tuned_checkpoints(run_dir):
         log.warning(f"translate tune chose a length penalty for {', '.join(run_record.tuned_checkpoints(run_dir))} "
                     f"in {run_dir}, not for {run_record.checkpoint_key(run_dir, checkpoint)}: alpha "
                     f"{cfg.decode.length_penalty} (translate tune with the same checkpoint chooses one)")
@@ -138,7 +139,7 @@ def load_config(verb: str, overrides: List[str]) -> TranslateConfig:
     HydraConfig.instance().set_config(cfg)  # the ${hydra:...} resolver reads it
     with open_dict(cfg):
         del cfg["hydra"]
-    return with_tuned_length_penalty(to_typed(cfg), overrides)
+    return with_tuned_length_penalty(to_typed(cfg), overrides, verb)
 
 
 def _one_line(error: Exception) -> str:
