@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,8 @@ import pytest
 # spinning waits would take the cores the other's threads need (scripts/bench_contention.py:
 # 0.08x the quiet speed beside a training). Sleeping waits, in this process and its children.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# No core files from the commands run() aborts for their stacks (SIGABRT) past a timeout.
+resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 # Every test process (each xdist worker) and every command a test runs starts from a home of its
 # own, empty: the caches found there (Hugging Face's, where `datasets` writes a data set's Arrow
@@ -101,28 +104,35 @@ def start(command: Sequence[str], env=None, **options) -> subprocess.Popen:
     can be ended together), unbuffered, its output captured as text unless `options` say
     otherwise (subprocess.Popen's)."""
     options = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), **options)
-    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    # faulthandler: a process sent SIGABRT writes every thread's Python stack first (run's timeout).
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     return subprocess.Popen(list(command), cwd=ROOT, env=env, start_new_session=True, **options)
 
 
 def run(command: Sequence[str], *, env=None, timeout: float = 600, check: bool = False, input=None,
         **options) -> subprocess.CompletedProcess:
-    """Run `command` to its end (see start); past `timeout` every process it started is killed.
-    With check, a non-zero exit fails the test, showing the output. `input` (str, or bytes for
-    binary output) goes to its standard input."""
+    """Run `command` to its end (see start); past `timeout` every process it started is killed,
+    and the test fails with the end of their output: each one's Python stacks, which it writes
+    when sent SIGABRT first (a hang shows where it waited). With check, a non-zero exit fails the
+    test, showing the output. `input` (str, or bytes for binary output) goes to its standard input."""
     if input is not None:
         options = dict(dict(stdin=subprocess.PIPE, text=not isinstance(input, bytes)), **options)
     process = start(command, env=env, **options)
     try:
         stdout, stderr = process.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
-        for pid in [process.pid, *descendants(process.pid)]:  # torchrun's workers have sessions of their own
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        process.communicate(timeout=60)
-        raise
+        processes = [*reversed(descendants(process.pid)), process.pid]  # torchrun's workers have sessions of their own
+        for sig in (signal.SIGABRT, signal.SIGKILL):  # the workers' stacks, then the launcher's; then the end
+            for pid in processes:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(3 if sig == signal.SIGABRT else 0)
+        stdout, stderr = process.communicate(timeout=60)
+        output = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+        raise AssertionError(f"{' '.join(map(str, command))} did not end within {timeout:g} s; the end of its "
+                             f"output, with each process's stacks:\n{output[-12000:]}") from None
     result = subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, command))} failed ({result.returncode}):\n{stdout}\n{stderr}")

@@ -1,10 +1,11 @@
 """Multirun sweeps: a run_dir per job, nothing left behind between jobs."""
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import torch
-
 
 from tests.conftest import FEW, hook_env, run, torchrun
 
@@ -99,3 +100,16 @@ def test_added_overrides_stay_beside_the_users():
     assert with_overrides(["-m", "a=1,2", "--cfg", "hydra"], ["x=1"]) == ["-m", "x=1", "a=1,2", "--cfg", "hydra"]
     assert with_overrides(["--cfg", "job"], ["x=1"]) == ["--cfg", "job", "x=1"]
     assert with_overrides(["a=1"], []) == ["a=1"]
+
+
+def test_a_command_past_its_timeout_fails_with_where_each_of_its_threads_waited():
+    """The harness behind the torchrun tests: a command that hangs fails its test with every
+    thread's Python stack (faulthandler, on SIGABRT), so that a hang seen once can be read."""
+    script = ("import threading, time\n"
+              "def waiter():\n    time.sleep(60)\n"
+              "threading.Thread(target=waiter, daemon=True).start()\n"
+              "time.sleep(60)\n")
+    with pytest.raises(AssertionError, match="did not end within 2 s") as failure:
+        run([sys.executable, "-c", script], timeout=2)
+    stacks = str(failure.value)
+    assert stacks.lower().count("thread 0x") == 2 and "in waiter" in stacks and "in <module>" in stacks, stacks
