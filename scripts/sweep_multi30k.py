@@ -81,8 +81,8 @@ CANDIDATES["literature-fairseq-init-lowercase"] = CANDIDATES["literature-fairseq
 # still has 71% of its peak, and averaging the last checkpoints only partly makes up for that.
 CANDIDATES["literature-fairseq-init-lowercase-linear"] = CANDIDATES["literature-fairseq-init-lowercase"] + ["optim.decay=linear"]
 # The same with a checkpoint at each epoch's end (about 50 updates on Multi30k) instead of at each
-# tenth of the run, as fairseq saves and the published model averaged: the last 10 averaged span
-# the decay's last tenth, where the rate is lowest, instead of its last 100%.
+# tenth of the run, as fairseq saves and the published model averaged: the last 10 averaged are
+# the last ~500 updates, where the decayed rate is lowest, instead of the whole run.
 CANDIDATES["literature-fairseq-init-lowercase-linear-epochs"] = CANDIDATES["literature-fairseq-init-lowercase-linear"] + [
     "checkpoint.every_epochs=1"]
 # Overrides that change what is learned but not the work an update does: candidates that differ
