@@ -80,7 +80,7 @@ CANDIDATES["literature-fairseq-init-lowercase"] = CANDIDATES["literature-fairseq
 # update (optim.decay=linear): a budget of about 4,000 updates ends where the published schedule
 # still has 71% of its peak, and averaging the last checkpoints only partly makes up for that.
 CANDIDATES["literature-fairseq-init-lowercase-linear"] = CANDIDATES["literature-fairseq-init-lowercase"] + ["optim.decay=linear"]
-# The same with a checkpoint at each epoch's end (about 50 updates on Multi30k) instead of at each
+# The same with a checkpoint at each epoch's end (about 58 updates on Multi30k) instead of at each
 # tenth of the run, as fairseq saves and the published model averaged: the last 10 averaged are
 # the last ~500 updates, where the decayed rate is lowest, instead of the whole run.
 CANDIDATES["literature-fairseq-init-lowercase-linear-epochs"] = CANDIDATES["literature-fairseq-init-lowercase-linear"] + [
