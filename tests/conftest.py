@@ -130,7 +130,8 @@ def run(command: Sequence[str], *, env=None, timeout: float = 600, check: bool =
                     pass
             time.sleep(3 if sig == signal.SIGABRT else 0)
         stdout, stderr = process.communicate(timeout=60)
-        output = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+        # Both streams: a caller may have sent stderr into stdout (stderr=subprocess.STDOUT).
+        output = "".join(o.decode(errors="replace") if isinstance(o, bytes) else o for o in (stdout, stderr) if o)
         raise AssertionError(f"{' '.join(map(str, command))} did not end within {timeout:g} s; the end of its "
                              f"output, with each process's stacks:\n{output[-12000:]}") from None
     result = subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)

@@ -1,6 +1,7 @@
 """Multirun sweeps: a run_dir per job, nothing left behind between jobs."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,14 +103,16 @@ def test_added_overrides_stay_beside_the_users():
     assert with_overrides(["a=1"], []) == ["a=1"]
 
 
-def test_a_command_past_its_timeout_fails_with_where_each_of_its_threads_waited():
+@pytest.mark.parametrize("stderr", [subprocess.PIPE, subprocess.STDOUT])
+def test_a_command_past_its_timeout_fails_with_where_each_of_its_threads_waited(stderr):
     """The harness behind the torchrun tests: a command that hangs fails its test with every
-    thread's Python stack (faulthandler, on SIGABRT), so that a hang seen once can be read."""
+    thread's Python stack (faulthandler, on SIGABRT), so that a hang seen once can be read;
+    also where the caller sent stderr into stdout."""
     script = ("import threading, time\n"
               "def waiter():\n    time.sleep(60)\n"
               "threading.Thread(target=waiter, daemon=True).start()\n"
               "time.sleep(60)\n")
     with pytest.raises(AssertionError, match="did not end within 2 s") as failure:
-        run([sys.executable, "-c", script], timeout=2)
+        run([sys.executable, "-c", script], timeout=2, stderr=stderr)
     stacks = str(failure.value)
     assert stacks.lower().count("thread 0x") == 2 and "in waiter" in stacks and "in <module>" in stacks, stacks
