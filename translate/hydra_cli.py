@@ -95,10 +95,12 @@ def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str], verb: 
     chosen = run_record.chosen_length_penalty(run_dir, checkpoint)
     if chosen is not None:
         cfg.decode.length_penalty = chosen
-    elif verb in ("decode", "export") and run_record.tuned_checkpoints(run_dir):
-        log.warning(f"translate tune chose a length penalty for {', '.join(run_record.tuned_checkpoints(run_dir))} "
-                    f"in {run_dir}, not for {run_record.checkpoint_key(run_dir, checkpoint)}: alpha "
-                    f"{cfg.decode.length_penalty} (translate tune with the same checkpoint chooses one)")
+    elif verb in ("decode", "export"):
+        tuned = run_record.tuned_checkpoints(run_dir)
+        if tuned:
+            log.warning(f"translate tune chose a length penalty for {', '.join(tuned)} in {run_dir}, not for "
+                        f"{run_record.checkpoint_key(run_dir, checkpoint)}: alpha {cfg.decode.length_penalty} "
+                        "(translate tune with the same checkpoint chooses one)")
     return cfg
 
 
