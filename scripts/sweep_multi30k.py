@@ -14,6 +14,7 @@ alpha 0.6; the best average is decoded with beam 4 too, and `translate tune` cho
     .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 1 --parallel 2
     .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 2 --candidates tiny-p0.2 tiny-p0.3
     .venv/bin/python scripts/sweep_multi30k.py --report            # the table, verdicts and figures only
+    .venv/bin/python scripts/sweep_multi30k.py --evaluate RUN_DIR  # the same dev choice for one run trained apart
 
 One JSON line per probe, per run, and per dev decode; then one per candidate (the mean and
 standard deviation of its seeds' best dev BLEU), the table of runs (`translate table`), and
@@ -231,7 +232,12 @@ def main() -> None:
     parser.add_argument("--folder", default="runs/sweep-multi30k")
     parser.add_argument("--parallel", type=int, default=1, help="runs trained at once (threads: 2 / parallel each)")
     parser.add_argument("--report", action="store_true", help="only evaluate and report what is trained")
+    parser.add_argument("--evaluate", metavar="RUN_DIR",
+                        help="only choose one trained run's average, beam and alpha on dev, by the same rule")
     args = parser.parse_args()
+    if args.evaluate:
+        evaluate(Path(args.evaluate), threads=2)
+        return
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
     rates = {name: probe(name, folder) for name in args.candidates}  # alone, before any run

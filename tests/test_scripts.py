@@ -95,6 +95,19 @@ def test_bench_quality_summary_by_hand(monkeypatch):
                                             {"minutes": 3, "fairseq": 5.0, "ours": 16.0}]
 
 
+def test_sweep_evaluates_one_run_alone(monkeypatch, tmp_path):
+    """--evaluate RUN_DIR: the sweep's dev choice for a run trained apart, nothing probed or trained."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import sweep_multi30k
+
+    evaluated = []
+    monkeypatch.setattr(sweep_multi30k, "evaluate", lambda run, threads: evaluated.append((run, threads)))
+    monkeypatch.setattr(sweep_multi30k, "probe", lambda *args: pytest.fail("probed"))
+    monkeypatch.setattr(sys, "argv", ["sweep_multi30k.py", "--evaluate", str(tmp_path / "run"), "--folder", str(tmp_path / "f")])
+    sweep_multi30k.main()
+    assert evaluated == [(tmp_path / "run", 2)] and not (tmp_path / "f").exists()
+
+
 def test_bench_quality_recipes_name_their_trainers(monkeypatch):
     """--recipe 'LABEL: overrides' trains those overrides as ours-LABEL-PRECISION; without one,
     ours is config=tiny named by its precision alone; a recipe without a label or overrides exits."""
