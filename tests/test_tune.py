@@ -5,10 +5,12 @@ import json
 import logging
 import re
 import shutil
+from pathlib import Path
 
 import sacrebleu
 
 from tests.conftest import MULTI30K, run_cli, run_dir_of
+from translate import checkpoint
 from translate.core import run_record
 from translate.core.config import DecodeConfig
 from translate.hydra_cli import load_config
@@ -53,6 +55,51 @@ def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path, caplog):
     assert run_record.tuned_checkpoints(tmp_path) == ["checkpoint_4.pt", "checkpoint_average.pt"]
 
 
+def test_an_alpha_tuned_on_other_weights_than_the_path_holds_now_is_not_used(tmp_path, caplog):
+    """tune records which weights it tuned (the update, the checkpoints averaged); the same path
+    holding others later (an average rebuilt from newer checkpoints, a checkpoint_last.pt trained
+    on) decodes with the preset's alpha and says why. A copy of the run keeps its alphas."""
+    import os
+
+    import torch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def write(name, step, when, **extra):
+        torch.save({"step": step, **extra}, run_dir / name)
+        os.utime(run_dir / name, (when, when))
+
+    write("checkpoint_2.pt", 2, 1000)
+    write("checkpoint_4.pt", 4, 1001)
+    write("checkpoint_average.pt", 4, 1002, averaged=[str(run_dir / "checkpoint_2.pt"), str(run_dir / "checkpoint_4.pt")])
+    write("checkpoint_last.pt", 4, 1001)
+    for name, alpha in (("checkpoint_average.pt", 1.2), ("checkpoint_last.pt", 2.0)):
+        run_record.record_length_penalty(run_dir, run_dir / name, {"alpha": alpha, "weights": checkpoint.identity(run_dir / name)})
+
+    def alpha(folder, *overrides):
+        return load_config("decode", [f"run_dir={folder}", *overrides]).decode.length_penalty
+
+    assert alpha(run_dir, "checkpoint.average_last=2") == 1.2
+    assert alpha(run_dir, "checkpoint.average_last=0") == 2.0
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, copy_function=shutil.copyfile)  # new modification times, same weights
+    assert alpha(copy, "checkpoint.average_last=2") == 1.2 and alpha(copy, "checkpoint.average_last=0") == 2.0
+
+    write("checkpoint_6.pt", 6, 1003)  # trained on: decode rebuilds the average from 4 and 6
+    write("checkpoint_last.pt", 6, 1003)
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        assert alpha(run_dir, "checkpoint.average_last=2") == 0.6
+        assert alpha(run_dir, "checkpoint.average_last=0") == 0.6
+    assert ("alpha 1.2 for checkpoint_average.pt when it held update 4, the mean of checkpoint_2.pt .. checkpoint_4.pt; "
+            "it holds update 6, the mean of checkpoint_4.pt .. checkpoint_6.pt now") in caplog.text
+    assert "alpha 2.0 for checkpoint_last.pt when it held update 4; it holds update 6 now" in caplog.text
+    # An average of the same checkpoints as the one tuned, however built, keeps its alpha.
+    write("checkpoint_average.pt", 4, 1004, averaged=[str(tmp_path / "elsewhere" / n) for n in ("checkpoint_2.pt", "checkpoint_4.pt")])
+    os.remove(run_dir / "checkpoint_6.pt")
+    assert alpha(run_dir, "checkpoint.average_last=2") == 1.2
+
+
 def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     overrides, run_dir = copy_of(trained_run, tmp_path)
     result = run_cli("tune", *overrides, "tune.alphas=[0.0,2.5]", "tune.sentences=150", check=True)
@@ -61,6 +108,7 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     chosen = json.loads((run_dir / "run_record.json").read_text())["length_penalty"]
     assert printed[chosen["alpha"]] == max(printed.values())
     assert chosen["split"] == "validation" and chosen["sentences"] == 150
+    assert chosen["weights"]["step"] == checkpoint.load(Path(chosen["checkpoint"]))["step"] > 0  # what it tuned
 
     # Each score is the sacreBLEU of the model's own beam search at that alpha, scored apart.
     import datasets

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -77,8 +77,26 @@ def chosen_checkpoint(cfg: TranslateConfig) -> Path:
     path = paths.decoded_checkpoint(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
     if cfg.decode.checkpoint or path.name != paths.AVERAGE_CHECKPOINT:
         return path
-    sources = paths.numbered_checkpoints(Path(cfg.run_dir))
-    stale = not path.is_file() or (sources and _modified(sources[-1]) > _modified(path))
-    if stale and sources:
+    if _stale(path, paths.numbered_checkpoints(Path(cfg.run_dir))):
         average_last(Path(cfg.run_dir), cfg.checkpoint.average_last)
     return path
+
+
+def _stale(average: Path, sources: List[Path]) -> bool:
+    """An average to (re)build: there is something to average, and no average or an older one."""
+    return bool(sources) and (not average.is_file() or _modified(sources[-1]) > _modified(average))
+
+
+def decoded_identity(cfg: TranslateConfig) -> Optional[Dict[str, Any]]:
+    """What the checkpoint that chosen_checkpoint picks holds (checkpoint.identity), without
+    building it: for an average it is about to rebuild, the update and names of the checkpoints
+    it will average. tune records it with the alpha, so that decode can tell an alpha tuned on
+    other weights at the same path (a rebuilt average, a checkpoint_last.pt trained on)."""
+    path = paths.decoded_checkpoint(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
+    if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
+        sources = paths.numbered_checkpoints(Path(cfg.run_dir))
+        if _stale(path, sources):
+            sources = sources[-cfg.checkpoint.average_last:]
+            last = checkpoint.identity(sources[-1])
+            return None if last is None else {"step": last["step"], "averaged": [s.name for s in sources]}
+    return checkpoint.identity(path)

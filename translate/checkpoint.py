@@ -94,6 +94,26 @@ def load(path: Path) -> Dict[str, Any]:
     return payload
 
 
+def identity(path: Path) -> Optional[Dict[str, Any]]:
+    """Which weights a checkpoint holds, as `translate tune` records them beside the alpha it
+    chose: the update they were written at and, for an average, the names of the checkpoints
+    averaged. Read without the tensors (memory-mapped), so cheap at any size; None where it
+    cannot be read (the verb that reads it then says why)."""
+    try:
+        with warnings.catch_warnings(), torch.serialization.safe_globals([bytes]):
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return {"step": int(payload["step"]), "averaged": [Path(p).name for p in payload.get("averaged", [])]}
+    except Exception:  # missing, damaged, not a checkpoint: load() gives the one-line reason
+        return None
+
+
+def describe_identity(weights: Dict[str, Any]) -> str:
+    averaged = weights.get("averaged") or []
+    mean = f", the mean of {averaged[0]} .. {averaged[-1]}" if len(averaged) > 1 else ""
+    return f"update {weights.get('step')}{mean}"
+
+
 def _damaged(path: Path, error: Exception) -> TranslateError:
     reason = str(error).split(". ")[0].splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     return TranslateError(f"{path} cannot be read, it is damaged or truncated ({reason}); nothing was changed: "

@@ -86,15 +86,27 @@ def register() -> None:
 def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str], verb: str = "decode") -> TranslateConfig:
     """decode.length_penalty as the command line gives it; else the alpha `translate tune` chose
     on the dev split for the checkpoint this verb reads (run_dir's record keeps one for each
-    checkpoint tuned); else the preset's, or the schema's (the paper's 0.6). decode and export
-    say so when tune chose alphas for other checkpoints of the run but not this one."""
+    checkpoint tuned), while that path holds the weights tune decoded; else the preset's, or the
+    schema's (the paper's 0.6). decode and export say so when tune chose alphas for other
+    checkpoints of the run, or for other weights at this path, but not these."""
     if any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides):
         return cfg
     run_dir = Path(cfg.run_dir)
     checkpoint = paths.decoded_checkpoint(run_dir, cfg.decode.checkpoint, cfg.checkpoint.average_last)
-    chosen = run_record.chosen_length_penalty(run_dir, checkpoint)
-    if chosen is not None:
-        cfg.decode.length_penalty = chosen
+    entry = run_record.tuned_entry(run_dir, checkpoint)
+    if entry is not None and entry.get("weights"):
+        from translate import averaging, checkpoint as checkpoints  # torch: only for runs tune has recorded weights of
+
+        now = averaging.decoded_identity(cfg)
+        if now is not None and now != entry["weights"]:
+            if verb in ("decode", "export"):
+                log.warning(f"translate tune chose alpha {entry['alpha']} for {run_record.checkpoint_key(run_dir, checkpoint)} "
+                            f"when it held {checkpoints.describe_identity(entry['weights'])}; it holds "
+                            f"{checkpoints.describe_identity(now)} now: alpha {cfg.decode.length_penalty} "
+                            "(translate tune again chooses one for these weights)")
+            return cfg
+    if entry is not None:
+        cfg.decode.length_penalty = float(entry["alpha"])
     elif verb in ("decode", "export"):
         tuned = run_record.tuned_checkpoints(run_dir)
         if tuned:

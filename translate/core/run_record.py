@@ -102,16 +102,24 @@ def record_length_penalty(run_dir: Path, checkpoint: Path, entry: Dict[str, Any]
     save(run_dir, record)
 
 
-def chosen_length_penalty(run_dir: Path, checkpoint: Path) -> Optional[float]:
-    """The alpha `translate tune` chose for this checkpoint of run_dir; None where it chose none
-    for it (decode then uses the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty).
-    A record from before tune kept one per checkpoint holds one alpha: it stands for any."""
+def tuned_entry(run_dir: Path, checkpoint: Path) -> Optional[Dict[str, Any]]:
+    """`translate tune`'s entry for this checkpoint of run_dir (its alpha, and since entries
+    name them, the weights it was tuned on); None where it tuned none for it. A record from
+    before tune kept one per checkpoint holds one entry: it stands for any."""
     record = load(Path(run_dir))
     if LENGTH_PENALTIES in record:
-        chosen = record[LENGTH_PENALTIES].get(checkpoint_key(run_dir, checkpoint), {}).get("alpha")
+        entry = record[LENGTH_PENALTIES].get(checkpoint_key(run_dir, checkpoint))
     else:
-        chosen = record.get(LENGTH_PENALTY, {}).get("alpha")
-    return float(chosen) if isinstance(chosen, (int, float)) else None
+        entry = record.get(LENGTH_PENALTY)
+    return entry if isinstance(entry, dict) and isinstance(entry.get("alpha"), (int, float)) else None
+
+
+def chosen_length_penalty(run_dir: Path, checkpoint: Path) -> Optional[float]:
+    """The alpha `translate tune` chose for this checkpoint of run_dir; None where it chose none
+    for it (decode then uses the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty,
+    which also refuses an alpha tuned on other weights than the path holds now)."""
+    entry = tuned_entry(run_dir, checkpoint)
+    return None if entry is None else float(entry["alpha"])
 
 
 def tuned_checkpoints(run_dir: Path) -> List[str]:

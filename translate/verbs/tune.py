@@ -4,8 +4,9 @@ alpha "after experimentation on the development set" (section 6.1).
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
 and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
 the brevity penalty of each, and records the best in the run record for the checkpoint it
-decoded; from then on `translate decode` and `translate export` of that checkpoint use it, unless
-the command line sets decode.length_penalty (hydra_cli.with_tuned_length_penalty).
+decoded, with the weights it held; from then on `translate decode` and `translate export` of that
+checkpoint use it while it holds those weights, unless the command line sets
+decode.length_penalty (hydra_cli.with_tuned_length_penalty).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
-from translate import averaging
+from translate import averaging, checkpoint
 from translate.core import run_record
 from translate.core.config import PAPER_LENGTH_PENALTY, TranslateConfig
 from translate.data.loading import load_corpus
@@ -44,7 +45,8 @@ def tune(cfg: TranslateConfig) -> float:
     print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
           f"translate decode uses it unless decode.length_penalty is given")
     entry = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources), "checkpoint": str(path),
-             "beam_size": cfg.decode.beam_size, "scores": scores, "command": run_record.command_line("tune")}
+             "beam_size": cfg.decode.beam_size, "scores": scores, "command": run_record.command_line("tune"),
+             "weights": checkpoint.identity(path)}  # decode refuses the alpha once other weights are at this path
     run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
     return best["alpha"]
 
