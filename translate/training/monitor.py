@@ -62,10 +62,9 @@ class Monitor:
             self.paced_from = (updates, time.monotonic())
         self.window.add(stats)
         self.totals.add(stats)
-        if self.progress is not None:
-            now = time.monotonic()
-            self.progress.total = projected_end(updates, self.first_update, self.cfg.train.max_steps,
-                                                now - self.started, deadline - now)
+        if self.progress is not None:  # paced as a linear decay's end is projected (schedule.project_end)
+            (first, since), now = self.pace(updates), time.monotonic()
+            self.progress.total = projected_end(updates, first, self.cfg.train.max_steps, now - since, deadline - now)
             self.progress.update(1)
 
     def log(self, updates: int, lr: float, grad_norm: float, skipped: int) -> None:
