@@ -1,6 +1,7 @@
 """The Multi30k presets train, decode and score end to end (a few updates on the dev split, so
-that it takes seconds): the published recipe (config=multi30k_wu2021) and ours (config=multi30k),
-which is the dev sweep's winner as the sweep trained it.
+that it takes seconds): the published recipe (config=multi30k_wu2021), ours (config=multi30k),
+which is the dev sweep's winner as the sweep trained it, and ours for the literature's score
+(config=multi30k_lowercase).
 What they reach in their minutes: scripts/bench_multi30k.py, docs/results.md."""
 
 import importlib.util
@@ -12,7 +13,7 @@ import pytest
 from tests.conftest import MULTI30K, need, run_cli
 
 # The published recipe in make test-slow (to keep the default suite under 10 minutes): ours runs its code paths.
-PRESETS = [pytest.param("multi30k_wu2021", marks=pytest.mark.slow), "multi30k"]
+PRESETS = [pytest.param("multi30k_wu2021", marks=pytest.mark.slow), "multi30k", "multi30k_lowercase"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -45,3 +46,15 @@ def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
     assert ours.train.tokens_per_update == chosen.train.tokens_per_update
     assert ours.train.label_smoothing == chosen.train.label_smoothing and ours.train.init == chosen.train.init
     assert (ours.train.max_minutes, ours.checkpoint.average_last, ours.decode.beam_size) == (60, 3, 5)
+
+
+def test_ours_for_the_literature_score_is_the_three_hours_command(compose):
+    """config=multi30k_lowercase is config=multi30k with the overrides the three seeds of
+    docs/results.md trained with, and the published average of the last 10 epoch checkpoints."""
+    hours = ["data.lowercase=true", "optim.decay=linear", "checkpoint.every_minutes=null", "checkpoint.every_epochs=1",
+             "checkpoint.keep_last=10", "checkpoint.average_last=10"]
+    preset, overridden = compose("train", "config=multi30k_lowercase"), compose("train", "config=multi30k", *hours)
+    assert preset.model == overridden.model and preset.optim == overridden.optim and preset.data == overridden.data
+    assert preset.train == overridden.train and preset.checkpoint == overridden.checkpoint and preset.decode == overridden.decode
+    assert preset.data.lowercase and preset.optim.decay.name == "linear" and preset.checkpoint.by_epochs_alone
+    assert (preset.checkpoint.keep_last, preset.checkpoint.average_last, preset.train.max_minutes) == (10, 10, 60)
