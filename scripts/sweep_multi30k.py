@@ -28,7 +28,7 @@ init led "literature" on the Zen 3, and again over three seeds at 4 minutes' upd
 is config=multi30k; tests/test_presets.py holds the two to the same model, optimizer,
 initialization and batches. "literature-fairseq-init-lowercase" (the same on lowercased text) led it
 on the goal's score, lowercased tokenized dev BLEU, by 1.18 on a Zen 4; config=multi30k stays
-cased, and `data.lowercase=true` is the override for the literature's score.
+cased; config=multi30k_lowercase is the recipe for the literature's score.
 """
 
 from __future__ import annotations
