@@ -11,13 +11,14 @@ hydra_plugins/translate_launcher/.)
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from translate.core import run_record
+from translate.core.command_line import CommandLine
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError, describe, headline, os_error_in
 from translate.hydra_cli import (
@@ -61,17 +62,21 @@ USAGE = (
 )
 
 
-def _resolve_verb(verb: str) -> Callable[[TranslateConfig], object]:
+def _resolve_verb(verb: str) -> Callable[..., object]:
     module_name, function_name = VERBS[verb][0].split(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 
-def run_verb(verb: str, cfg: TranslateConfig) -> int:
-    """Run a verb; every fault becomes one line on stderr and a non-zero exit: the user's
-    errors (TranslateError), the operating system's (OSError: the path and the cause), and
-    unexpected ones, whose traceback HYDRA_FULL_ERROR=1 shows instead."""
+def run_verb(verb: str, cfg: TranslateConfig, command: Optional[CommandLine] = None) -> int:
+    """Run a verb: its function takes the config, and the command line where it has a `command`
+    parameter (the verbs that record it, or let it win over a setting stored with the weights).
+    Every fault becomes one line on stderr and a non-zero exit: the user's errors
+    (TranslateError), the operating system's (OSError: the path and the cause), and unexpected
+    ones, whose traceback HYDRA_FULL_ERROR=1 shows instead."""
+    function = _resolve_verb(verb)
+    given = {"command": command or CommandLine(verb)} if "command" in inspect.signature(function).parameters else {}
     try:
-        _resolve_verb(verb)(cfg)
+        function(cfg, **given)
     except TranslateError as error:
         print(f"translate {verb}: error: {error}", file=sys.stderr)
         return error.exit_code
@@ -124,11 +129,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             sys.exit(1)
         typed.run_dir = job_run_dir(typed.run_dir)
         typed = with_tuned_length_penalty(typed, list(HydraConfig.get().overrides.task), verb)
-        code = run_verb(verb, typed)
+        code = run_verb(verb, typed, CommandLine.of(verb, given))
         if code:
             sys.exit(code)
 
-    run_record.given_overrides(overrides)
+    given = list(overrides)  # what the user typed, before the overrides added for Hydra below
     extra = job_name(verb) + sweep_overrides(overrides)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
         extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]

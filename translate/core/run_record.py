@@ -9,7 +9,6 @@ export's model card is written from it.
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -34,32 +33,17 @@ def save(run_dir: Path, record: Dict[str, Any]) -> None:
         file.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
-_GIVEN: Optional[List[str]] = None  # the overrides the user gave the CLI (given_overrides)
-
-
-def given_overrides(overrides: List[str]) -> None:
-    """The CLI's note of what the user typed after the verb, before it adds overrides of its own
-    (the job's name, a sweep's folder names) for Hydra."""
-    global _GIVEN
-    _GIVEN = list(overrides)
-
-
-def command_line(verb: str) -> str:
-    """This process's command as a user would type it: `translate VERB OVERRIDES...`."""
-    overrides = _GIVEN if _GIVEN is not None else []
-    return " ".join(["translate", verb, *map(shlex.quote, overrides)])
-
-
 def record_training(run_dir: Path, settings: Dict[str, Any], data: Dict[str, Any], model: Dict[str, Any],
-                    training: Dict[str, Any], valid: Optional[Dict[str, Any]],
+                    training: Dict[str, Any], valid: Optional[Dict[str, Any]], command: str,
                     target: Optional[Dict[str, Any]] = None) -> None:
     """train's part, rewritten at every checkpoint: `training` holds the updates and the compute
-    totals over every run that led to this checkpoint; `target`, when train.target_bleu was
-    reached, the time and compute to it."""
+    totals over every run that led to this checkpoint; `command`, the train command that wrote it
+    (kept beside those of earlier runs); `target`, when train.target_bleu was reached, the time
+    and compute to it."""
     record = load(run_dir)
     commands = record.get("commands", [])
-    if command_line("train") not in commands:
-        commands.append(command_line("train"))
+    if command not in commands:
+        commands.append(command)
     record.update(settings=settings, data=data, model=model, training=training, commands=commands)
     if valid is not None:
         record["valid"] = valid

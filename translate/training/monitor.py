@@ -176,8 +176,10 @@ def _summary_writer(folder: Path):
     return SummaryWriter(str(folder))
 
 
-def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig) -> Dict[str, Any]:
-    """What the run record says of the run itself: its settings, data and model."""
+def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig,
+                 command: str) -> Dict[str, Any]:
+    """What the run record says of the run itself: its settings, data and model, and the command
+    that trains it."""
     report, settings = data.report, cfg.data
     return {
         "settings": to_plain(cfg),
@@ -188,4 +190,5 @@ def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, m
                  "vocabulary": {"size": report["vocab_size"], "given": settings.spm_model,
                                 "specials": data.vocabulary.specials.as_dict()}},
         "model": {"parameters": model.num_parameters(), **to_plain(model_cfg)},
+        "command": command,
     }

@@ -120,9 +120,9 @@ class Trainer:
     queued: Deque[QueuedUpdate] = field(default_factory=deque)  # on their way to the host, oldest first
 
     @classmethod
-    def setup(cls, cfg: TranslateConfig, context: distributed.Context) -> "Trainer":
-        """Data, model, optimizer and schedule, restored from checkpoint_last.pt where there is
-        one (else from train.init_from's weights, if set), then what the loop needs."""
+    def setup(cls, cfg: TranslateConfig, context: distributed.Context, command: str = "translate train") -> "Trainer":
+        """Data, model, optimizer and schedule, restored from checkpoint_last.pt where there is one
+        (else from train.init_from's weights, if set), then what the loop needs; `command` trains it."""
         _configure_process(cfg, context)
         run_dir = Path(cfg.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ class Trainer:
         minutes = cfg.train.max_minutes
         state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
                           deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
-        monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg), previous=previous,
+        monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg, command), previous=previous,
                           first_update=updates, precision=str(precision.precision))
         # cleanup() closes the monitor; the stop signals are the caller's to close (train.train).
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,

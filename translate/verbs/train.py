@@ -14,6 +14,7 @@ from typing import NoReturn, Optional
 import torch
 import torch.distributed as dist
 
+from translate.core.command_line import CommandLine
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError, headline
 from translate.training import distributed
@@ -24,7 +25,7 @@ from translate.training.watchdog import Watchdog
 package_log = logging.getLogger("translate")  # every module's logger is below it
 
 
-def train(cfg: TranslateConfig) -> Path:
+def train(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Path:
     """Train until train.max_steps updates or train.max_minutes; returns the last checkpoint.
 
     Under torchrun every process trains its share of each update (DistributedDataParallel);
@@ -41,7 +42,7 @@ def train(cfg: TranslateConfig) -> Path:
             watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
             watchdog.start()
         _own(lock, context)
-        trainer = Trainer.setup(cfg, context)
+        trainer = Trainer.setup(cfg, context, (command or CommandLine("train")).text())
         try:
             return trainer.train()
         except Exception as error:  # named while the stop signals are still caught

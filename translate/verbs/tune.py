@@ -15,10 +15,11 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from translate import averaging, checkpoint
 from translate.core import run_record
+from translate.core.command_line import CommandLine
 from translate.core.config import PAPER_LENGTH_PENALTY, TranslateConfig
 from translate.data.loading import load_corpus
 from translate.metrics import corpus_bleu
@@ -27,7 +28,7 @@ from translate.translator import Translator
 log = logging.getLogger("translate.verbs.tune")
 
 
-def tune(cfg: TranslateConfig) -> float:
+def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
     """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
     (of equal scores, the one nearest the paper's 0.6)."""
     path = averaging.chosen_checkpoint(cfg)
@@ -45,7 +46,7 @@ def tune(cfg: TranslateConfig) -> float:
     print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
           f"translate decode uses it unless decode.length_penalty is given")
     entry = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources), "checkpoint": str(path),
-             "beam_size": cfg.decode.beam_size, "scores": scores, "command": run_record.command_line("tune"),
+             "beam_size": cfg.decode.beam_size, "scores": scores, "command": (command or CommandLine("tune")).text(),
              "weights": checkpoint.identity(path)}  # decode refuses the alpha once other weights are at this path
     run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
     return best["alpha"]
