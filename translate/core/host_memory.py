@@ -1,20 +1,18 @@
 """Host memory that is reused instead of handed back: the CPU's share of training speed.
 
-glibc's malloc serves every block over 32 MB (a batch's logits over the vocabulary: tokens x
-vocabulary x 4 bytes, 115 MB for a 4k-token batch over 8k pieces) with its own mmap, and unmaps
-it on free; the next update's block then costs one page fault per 4 KB page, which the kernel
-also zeroes. With mmap off and trimming off, freed blocks stay in the heap and the next update
-reuses them (scripts/bench_fairseq.py measures the training loop with it). The price: the
-process keeps its peak heap until it exits.
+glibc's malloc serves every large block (a batch's logits over the vocabulary: tokens x
+vocabulary x 4 bytes) with its own mmap, and unmaps it on free; the next update's block then
+costs one page fault per page, which the kernel also zeroes. With mmap off and trimming off,
+freed blocks stay in the heap and the next update reuses them. The price: the process keeps its
+peak heap until it exits.
 
-oneDNN (torch's CPU bf16 products) compiles kernels for each shape of product it meets (0.5-1.5
-MB with ideep's descriptor of them) and keeps the last 1,024, as does ideep. Batch shapes repeat
-from epoch to epoch, but one epoch of the tiny model over Multi30k meets 1,489 products (82 batch
-shapes, each with its attention and layer products): evicted and compiled again every epoch,
-they took 5% of the time and fragmented the heap that is never trimmed, to 7.0 GB at update
-1,200. Kept (keep_compiled_products), memory stops at 4.0 GB once the first epoch has met them
-all. The price: a run keeps every product it meets, so memory grows with the batch shapes of an
+oneDNN (torch's CPU bf16 products) compiles a kernel for each shape of product it meets and
+keeps only the last 1,024, as does ideep. Batch shapes repeat from epoch to epoch, but one epoch
+meets more products than that: evicted and compiled again every epoch, they cost time and
+fragment the heap that is never trimmed. Kept (keep_compiled_products), memory stops growing
+once the first epoch has met them all. The price: memory grows with the batch shapes of an
 epoch (set ONEDNN_PRIMITIVE_CACHE_CAPACITY and LRU_CACHE_CAPACITY lower to bound it).
+(scripts/bench_fairseq.py measures the training loop with both.)
 """
 
 from __future__ import annotations

@@ -45,15 +45,10 @@ def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, second
                 windows: int = 16, size: Optional[int] = None) -> float:
     """Measured peak FLOP/s of square matrix products (size x size) on this device and dtype:
     the best of `windows` timed windows, after one window's warm-up, about `seconds` in all.
-    On a GPU, products of 8,192. On a CPU, one thread's products of 512 (1 to 4 ms each) times
-    the threads torch runs.
-
-    One all-thread half-second window at start-up moved by 1.5x between two runs on a 2-core
-    EPYC, and by 2x here: it timed the kernel's first calls, and another process holding one
-    core for seconds halved it. The warm-up takes the first calls out, the best window short
-    interruptions, and one thread needs only one free core. On a 2-core Zen 4 EPYC, six fresh
-    processes measured bf16 peaks within 6% of each other (fp32 within 15%: the machine's own
-    drift), where all-thread windows spread over 2x (bf16) and 1.5x (fp32)."""
+    On a GPU, products of 8,192. On a CPU, one thread's products of 512 times the threads torch
+    runs: one all-thread window would time the kernel's first calls and be halved by any other
+    process holding a core. The warm-up takes the first calls out, the best window short
+    interruptions, and one thread needs only one free core."""
     n = size or (8192 if device.type == "cuda" else 512)
     # Its own generator: measuring leaves the training's random stream (dropout) as it was.
     generator = torch.Generator(device).manual_seed(0)

@@ -73,10 +73,8 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
 
 # Bytes of fp32 log-probabilities that _chunked_gradient works on at a time: small enough to stay
-# in a CPU's caches between its passes (4 MB: the fastest of 1-16 MB in a trial by hand). Its bf16 loss and
-# gradient took 0.79x the time of the whole-tensor passes at an 8k vocabulary and 0.92x at 37k,
-# and config=multi30k trained 1.04-1.07x faster (2-core Zen 4; scripts/bench_loss.py). 0 turns
-# chunking off.
+# in a CPU's caches between its passes, so each pass reads cache instead of memory
+# (scripts/bench_loss.py measures it against the whole-tensor passes). 0 turns chunking off.
 CHUNK_BYTES = 4 * 2**20
 
 
@@ -109,10 +107,9 @@ def _chunked_gradient(logits: Tensor, target: Tensor, label_smoothing: float) ->
 
 
 # The vocabulary projection's rows are rounded up to a multiple of this. Every batch has its own
-# number of real target tokens, and oneDNN (CPU bf16 products) compiles and keeps kernels for
-# each shape of product it meets (host_memory.keep_compiled_products): rounded, a tiny model's
-# bf16 training ran 1.06x faster and its memory grew to 3.8 GB instead of 5.6 GB in 150
-# updates. The extra rows cost at most 63 / N of the projection.
+# number of real target tokens, and oneDNN (CPU bf16 products) compiles and keeps a kernel for
+# each shape of product it meets (host_memory.keep_compiled_products): rounding makes the shapes
+# repeat, so fewer kernels are compiled and kept. The extra rows cost at most 63 / N of the projection.
 ROW_MULTIPLE = 64
 
 
