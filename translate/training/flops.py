@@ -91,10 +91,8 @@ def machine_peak(device: torch.device, dtype: torch.dtype, measured: float,
     """The best peak this machine has shown for these products, this start-up's `measured`
     included, and how many start-ups measured it: (FLOP/s, start-ups).
 
-    A 1.25-second measurement cannot outlast a shared machine's slow spells: on a 2-core Zen 4
-    EPYC forced to AVX2, fp32 peaks of fresh processes spread over 1.1-1.2x, and one thread's
-    peak moved by 15% between two measurements a second apart, while training's throughput
-    stayed the same. The best of every start-up, kept in `record` ($XDG_CACHE_HOME/translate/
+    A measurement of a second or so cannot outlast a shared machine's slow spells, which move
+    the peak while training's throughput stays the same. The best of every start-up, kept in `record` ($XDG_CACHE_HOME/translate/
     matmul_peaks.json) under the processor, the instructions its libraries may use, the
     dtype and the threads, is a peak that stops moving. A record that cannot be read or
     written leaves this start-up's measurement alone."""
