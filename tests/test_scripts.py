@@ -1,5 +1,5 @@
-"""Every script in scripts/ documents itself with --help; torchrun launches the train verb; the
-benchmarks that need only a small run run on one."""
+"""Every script in scripts/ documents itself with --help and has a line in scripts/README.md;
+torchrun launches the train verb; the benchmarks that need only a small run run on one."""
 
 import json
 import sys
@@ -16,6 +16,17 @@ def test_script_help(script):
     result = run([sys.executable, str(script), "--help"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
+
+
+def test_scripts_readme_has_a_line_for_each_script():
+    """scripts/README.md's table names every script in scripts/, and only those."""
+    import re
+
+    text = (ROOT / "scripts" / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `([\w.]+)` \|", text, flags=re.MULTILINE)
+    present = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh"))
+    assert sorted(listed) == present, "scripts/README.md's table differs from the scripts in scripts/"
+    assert len(listed) == len(set(listed)), "a script has two lines in scripts/README.md"
 
 
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: torchrun's runs of two processes (test_distributed, test_watchdog)
