@@ -256,14 +256,18 @@ def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
 
 
 def _with_cause(error: Exception) -> str:
-    """`datasets`' message and, where it wraps another error, the root cause; a cause of the
-    operating system's without a path of its own is placed in datasets' cache folder, where it
-    writes a dataset's Arrow files the first time it loads it."""
+    """`datasets`' message and, where it wraps another error, the root cause; an error of the
+    operating system's without a path of its own (a full disk) is placed in datasets' cache
+    folder, where it writes a dataset's Arrow files the first time it loads it."""
     import datasets
 
     message = first_line(error).rstrip(".")
     cause = root_cause(error)
+    if cause not in message:
+        message = f"{message}: {cause}"
     failed = os_error_in(error)
-    if failed is not None and not failed.filename:
-        cause += f" (writing its Arrow cache in {datasets.config.HF_DATASETS_CACHE})"
-    return message if cause in message else f"{message}: {cause}"
+    # errno: a system call failed; library errors that subclass OSError (ConnectionError,
+    # huggingface_hub's LocalEntryNotFoundError) carry none and wrote nothing.
+    if failed is not None and failed.errno is not None and not failed.filename:
+        message += f" (writing its Arrow cache in {datasets.config.HF_DATASETS_CACHE})"
+    return message
