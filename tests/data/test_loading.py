@@ -1,9 +1,13 @@
 """Loading real corpora (translate.data.loading): the hub layout, plain text by prefix, and
-files that are misaligned, not UTF-8 or missing, named in one line."""
+files that are misaligned, not UTF-8 or missing, named in one line; without the hub, datasets'
+cache at once, or one line saying how to give a local copy."""
+
+import os
+import time
 
 import pytest
 
-from tests.conftest import MULTI30K, TEXT, WMT14_MINI, need
+from tests.conftest import MULTI30K, TEXT, WMT14_MINI, free_port, need, one_line_error, run_cli
 from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
 
@@ -74,3 +78,48 @@ def test_missing_path_and_split(compose, tmp_path):
     cfg = compose("train", "config=tiny")
     with pytest.raises(TranslateError, match="no split 'nope'"):
         load_corpus(cfg.data, "nope")
+
+
+# A hub nothing answers, on any machine: a port no one listens on (this suite runs offline, and
+# the real hub, where reachable, would start downloading WMT14).
+def _closed_hub() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.mark.parametrize("offline", ["unreachable", "HF_HUB_OFFLINE"])
+def test_without_the_hub_the_paper_preset_fails_at_once_in_one_line(tmp_path, offline):
+    """A newcomer's first command, with nothing cached: one line naming the hub and data.path,
+    within seconds, with none of huggingface_hub's retries or their warnings."""
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=_closed_hub())
+    if offline == "HF_HUB_OFFLINE":
+        env["HF_HUB_OFFLINE"] = "1"
+    started = time.monotonic()
+    result = run_cli("train", "config=base", f"run_dir={tmp_path}/run", env=env, timeout=120)
+    seconds = time.monotonic() - started
+    reason = f"the Hugging Face Hub ({env['HF_ENDPOINT']}) cannot be reached" if offline == "unreachable" \
+        else "offline mode is on (HF_HUB_OFFLINE)"
+    one_line_error(result, f"cannot load dataset 'wmt/wmt14' (de-en): {reason}, and datasets' cache "
+                   f"({tmp_path / 'hf' / 'datasets'}) holds no copy of it: give a local copy with "
+                   "data.path=DIR (docs/data.md)")
+    assert seconds < 15, seconds
+
+
+def test_without_the_hub_a_hub_dataset_comes_from_datasets_cache_at_once(compose, tmp_path, monkeypatch):
+    """A hub id loaded once before (its Arrow files in datasets' cache) loads offline without
+    waiting for the hub: here Multi30k's local copy, cached under the hub id's name."""
+    need(MULTI30K)
+    import datasets
+
+    cache = tmp_path / "hf-datasets"
+    datasets.load_dataset(str(MULTI30K), "de-en", split="test", cache_dir=str(cache))
+    (cache / "multi30k").rename(cache / "bentrevett___multi30k")  # where a load of the hub id writes
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", _closed_hub())
+    cfg = compose("train", "config=tiny", "data.path=bentrevett/multi30k")
+    assert cfg.data.name is None  # the hub copy has no per-pair configs
+    started = time.monotonic()
+    test = load_corpus(cfg.data, "test")
+    assert len(load_corpus(cfg.data, "validation")) == 1014
+    assert time.monotonic() - started < 10
+    assert len(test) == 1000 and test.pairs()[0][0] == "A man in an orange hat starring at something."
+    assert not datasets.config.HF_HUB_OFFLINE  # the offline mode lasted for the loads alone

@@ -3,8 +3,11 @@ aligned plain-text files. Both stream sentence pairs in chunks and carry a finge
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,12 @@ from translate.core.errors import MissingSplit, TranslateError, first_line, os_e
 from translate.core.paths import PROJECT_ROOT
 
 Chunk = Tuple[List[str], List[str]]  # (source sentences, target sentences), aligned
+
+log = logging.getLogger(__name__)
+
+# How long the hub may take to answer before loading goes to datasets' cache alone: long
+# enough for a slow link, short beside huggingface_hub's retries (five, with backoff).
+HUB_PROBE_SECONDS = 5.0
 
 
 class ParallelCorpus:
@@ -229,23 +238,29 @@ def _load_text(data: DataConfig, split: str) -> ParallelCorpus:
 
 def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
     import datasets
+    import huggingface_hub
 
     datasets.logging.set_verbosity_error()
     datasets.disable_progress_bars()
+    huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings, a line each try
     description = f"dataset '{data.path}'" + (f" ({data.name})" if data.name else "")
     # A hub id is "owner/name"; anything else that does not exist is a missing local folder.
     looks_local = data.path.startswith((".", "/", "~")) or data.path.count("/") > 1
     if looks_local and not Path(data.path).expanduser().exists():
         raise TranslateError(f"missing data path: {data.path}")
+    offline = None if Path(data.path).expanduser().exists() else _hub_offline()
     try:
-        dataset = datasets.load_dataset(data.path, data.name, split=split)
+        with _offline_mode(offline is not None):
+            dataset = datasets.load_dataset(data.path, data.name, split=split)
     except ValueError as error:
         message = str(error).splitlines()[0]
         if "split" in message.lower():
             raise MissingSplit(f"{description} has no split '{split}': {message}") from None
-        raise TranslateError(f"cannot load {description}: {_with_cause(error)}") from None
+        raise TranslateError(f"cannot load {description}: {_load_failure(error, offline)}") from None
     except Exception as error:  # network, missing hub id, bad config name, a full disk: all user-facing
-        raise TranslateError(f"cannot load {description}: {_with_cause(error)}") from None
+        raise TranslateError(f"cannot load {description}: {_load_failure(error, offline)}") from None
+    if offline is not None:
+        _loaded_from_cache(description, offline)
     columns = dataset.column_names
     if "translation" not in columns and not {data.src_lang, data.tgt_lang} <= set(columns):
         raise TranslateError(
@@ -255,15 +270,86 @@ def _load_dataset_split(data: DataConfig, split: str) -> ParallelCorpus:
     return HubCorpus(dataset, data.src_lang, data.tgt_lang, description=f"{description} split '{split}'")
 
 
+def _hub_offline() -> Optional[str]:
+    """Why a hub id is loaded from datasets' cache alone (the user's offline mode, or a hub that
+    does not answer), or None where the hub is asked."""
+    import datasets
+
+    if datasets.config.HF_HUB_OFFLINE:
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    if not _hub_answers(datasets.config.HF_ENDPOINT):
+        return f"the Hugging Face Hub ({datasets.config.HF_ENDPOINT}) cannot be reached"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _hub_answers(endpoint: str) -> bool:
+    """Whether the hub answers one request within HUB_PROBE_SECONDS, with any status: without
+    it, each file datasets asks for would wait out huggingface_hub's retries. The request goes
+    through huggingface_hub's own session (its proxies, certificates and headers)."""
+    from huggingface_hub.utils import get_session
+
+    session = get_session()
+    try:
+        session.head(endpoint, timeout=HUB_PROBE_SECONDS)
+    except OSError:  # requests' connection, timeout, proxy and TLS errors (RequestException)
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded_from_cache(description: str, offline: str) -> None:
+    """Says once per dataset, not per split, that its splits come from datasets' cache and why."""
+    log.info("%s: loaded from datasets' cache (%s)", description, offline)
+
+
+@contextlib.contextmanager
+def _offline_mode(offline: bool) -> Iterator[None]:
+    """datasets' and huggingface_hub's offline mode (what HF_HUB_OFFLINE sets when they are
+    imported) for the time of one load: a hub id then comes from datasets' cache at once."""
+    import datasets
+    import huggingface_hub
+
+    settings = [(datasets.config, "HF_HUB_OFFLINE"), (huggingface_hub.constants, "HF_HUB_OFFLINE")]
+    saved = [getattr(module, name) for module, name in settings]
+    if offline:
+        for module, name in settings:
+            setattr(module, name, True)
+    try:
+        yield
+    finally:
+        for (module, name), value in zip(settings, saved):
+            setattr(module, name, value)
+
+
+def _load_failure(error: Exception, offline: Optional[str]) -> str:
+    """Why a load failed, in words the user can act on: where the hub was out of reach (or
+    offline mode set), that datasets' cache holds no copy and how to give a local one."""
+    import datasets
+
+    if offline is None and isinstance(error, ConnectionError):  # the hub stopped answering mid-way
+        offline = f"the Hugging Face Hub ({datasets.config.HF_ENDPOINT}) cannot be reached"
+    # Offline, datasets says "Couldn't reach" (ConnectionError) where the cache has no copy of the
+    # dataset and "Couldn't find cache" (ValueError) where it has none of this config.
+    if offline is None or not isinstance(error, (ConnectionError, ValueError)):
+        return _with_cause(error)
+    return (f"{offline}, and datasets' cache ({datasets.config.HF_DATASETS_CACHE}) holds no copy of it: "
+            f"give a local copy with data.path=DIR (docs/data.md)")
+
+
 def _with_cause(error: Exception) -> str:
-    """`datasets`' message and, where it wraps another error, the root cause; a cause of the
-    operating system's without a path of its own is placed in datasets' cache folder, where it
-    writes a dataset's Arrow files the first time it loads it."""
+    """`datasets`' message and, where it wraps another error, the root cause; an error of the
+    operating system's without a path of its own (a full disk) is placed in datasets' cache
+    folder, where it writes a dataset's Arrow files the first time it loads it."""
     import datasets
 
     message = first_line(error).rstrip(".")
     cause = root_cause(error)
+    if cause not in message:
+        message = f"{message}: {cause}"
     failed = os_error_in(error)
-    if failed is not None and not failed.filename:
-        cause += f" (writing its Arrow cache in {datasets.config.HF_DATASETS_CACHE})"
-    return message if cause in message else f"{message}: {cause}"
+    # errno: a system call failed; library errors that subclass OSError (ConnectionError,
+    # huggingface_hub's LocalEntryNotFoundError) carry none and wrote nothing.
+    if failed is not None and failed.errno is not None and not failed.filename:
+        message += f" (writing its Arrow cache in {datasets.config.HF_DATASETS_CACHE})"
+    return message
