@@ -56,7 +56,7 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
     except MissingCheckpoint:
         return None
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
-    check_same_settings(path, payload, optim, schedule.updates if schedule is not None else None)
+    check_same_settings(path, payload, optim, schedule.last_update if schedule is not None else None)
     checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:
