@@ -28,7 +28,7 @@ from translate.training.update import StepStats
 if TYPE_CHECKING:
     from translate.training.validate import Validation
 
-log = logging.getLogger("translate.training.trainer")  # the trainer's lines, whichever module writes them
+log = logging.getLogger(__name__)
 
 
 class Monitor:

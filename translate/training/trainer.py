@@ -38,6 +38,7 @@ from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.training.schedule import LearningRateSchedule
+from translate.training.stop_signals import StopSignals
 from translate.training.time_limit import TimeLimit
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.training.validate import Validator
@@ -117,7 +118,7 @@ class Trainer:
     validator: Validator  # dev metrics, the best so far (checkpoint_best.pt), early stopping
     state: LoopState
     monitor: Monitor
-    stop_signals: resume.StopSignals
+    stop_signals: StopSignals
     queued: Deque[QueuedUpdate] = field(default_factory=deque)  # on their way to the host, oldest first
 
     @classmethod
@@ -163,7 +164,7 @@ class Trainer:
                           time_limit=state.time_limit, precision=str(precision.precision))
         # cleanup() closes the monitor; the stop signals are the caller's to close (train.train).
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
-                   state=state, monitor=monitor, stop_signals=resume.StopSignals())
+                   state=state, monitor=monitor, stop_signals=StopSignals())
 
     @property
     def last_path(self) -> Path:
