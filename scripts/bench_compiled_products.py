@@ -11,7 +11,7 @@ does to training's speed and memory, and the figures behind it. One JSON line pe
   row counts), with both caches as training sets them and with both off.
 - shapes: distinct batch shapes of a tiny epoch and their padding, batch widths rounded up to 1,
   2, 4 or 8 (rounding, the alternative to keeping them all).
-- attention: forward and backward of attention in bf16 products (translate.model.attend) against
+- attention: forward and backward of attention in bf16 products (translate.attention.attend) against
   torch's fused fp32 kernel, 256 x 4 heads x 16 x 64 (fp32, the other alternative: no oneDNN
   products for attention).
 
@@ -126,9 +126,9 @@ def measure_attention() -> None:
 
     from translate.attention import attend
 
-    def fp32_products(q, k, v, mask, causal):
+    def fp32_products(q, k, v, mask, *, causal):
         with torch.autocast("cpu", enabled=False):
-            return attend(q.float(), k.float(), v.float(), mask, causal).to(q.dtype)  # fp32: torch's fused kernel
+            return attend(q.float(), k.float(), v.float(), mask, causal=causal).to(q.dtype)  # fp32: torch's fused kernel
 
     torch.set_num_threads(2)
     q, k, v = [torch.randn(256, 4, 16, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
@@ -136,7 +136,7 @@ def measure_attention() -> None:
         for step in range(25):
             if step == 5:
                 started = time.perf_counter()
-            function(q, k, v, None, False).float().sum().backward()
+            function(q, k, v, None, causal=False).float().sum().backward()
         emit(measurement="attention", products=name, shape="256x4x16x64", forward_backward_ms=round(
             (time.perf_counter() - started) / 20 * 1000, 2))
 

@@ -98,7 +98,8 @@ def measure(name: str, cfg: ModelConfig, tokens: int, args, device, dtype, peaks
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     model = Transformer(cfg, pad_id=PAD).to(device)
-    optimizer, schedule = build_optimizer(model, OptimConfig(), cfg.d_model, args.warmup + args.steps, device)
+    optimizer, schedule = build_optimizer(model, OptimConfig(), d_model=cfg.d_model, last_update=args.warmup + args.steps,
+                                          device=device)
     objective = LabelSmoothedObjective(model, 0.1)
     if args.compile == "objective":  # as train.compile=true: the model and its loss, one graph
         objective = torch.compile(objective, dynamic=True)

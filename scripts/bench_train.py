@@ -84,7 +84,7 @@ def time_steps(run_one, batches, warmup: int):
 def measure_ours(cfg, model_cfg, ours, warmup: int) -> float:
     """Our training step's target tokens/s on these batches (after `warmup` untimed ones)."""
     model = Transformer(model_cfg)
-    optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, len(ours))
+    optimizer, schedule = build_optimizer(model, cfg.optim, d_model=model_cfg.d_model, last_update=len(ours))
     objective = LabelSmoothedObjective(model, cfg.train.label_smoothing)
 
     def our_step(batch):

@@ -51,7 +51,7 @@ def test_prepare_under_a_file_size_limit_keeps_nothing_and_the_next_run_prepares
     # datasets' own Arrow cache first (a fresh home has none): the limit then meets our token cache.
     assert run_cli("prepare", *DATA, f"data.cache_dir={tmp_path}/warm", f"run_dir={tmp_path}/warm").returncode == 0
     result = run_cli(*args, env=hook_env(tmp_path, FILE_SIZE_LIMIT.format(limit=20_000)))
-    one_line_error(result, f"cannot build the token cache {cache}/", "File too large", "nothing of it was kept", logs=True)
+    one_line_error(result, f"cannot write the token cache {cache}/", "File too large", "nothing of it was kept", logs=True)
     assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []  # no staging folder, no cache
     assert run_cli(*args).returncode == 0
     assert len(list(cache.glob("*/report.json"))) == 1
@@ -99,7 +99,7 @@ def test_an_export_that_cannot_be_written_leaves_the_previous_one(tmp_path, trai
     before = digests(folder)
     result = run_cli("export", *trained_run, f"export.output={folder}",
                      env=hook_env(tmp_path, FILE_SIZE_LIMIT.format(limit=50_000)))
-    one_line_error(result, f"cannot write the export {folder}", "File too large", "the previous export is intact")
+    one_line_error(result, f"cannot write the export {folder}", "File too large", "the previous one is intact")
     assert digests(folder) == before and sorted(p.name for p in tmp_path.iterdir()) == ["ct2", "hook"]
 
 
@@ -274,5 +274,33 @@ def test_written_files_get_the_umask_mode_or_keep_their_own(tmp_path):
                 file.write("after\n")
         assert (fresh.stat().st_mode & 0o777, kept.stat().st_mode & 0o777) == (0o644, 0o640)
         assert kept.read_text() == "after\n"
+    finally:
+        os.umask(old)
+
+
+def test_a_folder_is_swapped_in_whole_or_not_at_all(tmp_path):
+    """atomic_folder: a new folder gets the umask's mode (not mkdtemp's 0700), replaces a previous
+    one whole, and a failure part-way leaves the previous one and nothing beside it."""
+    from translate.core.errors import TranslateError
+    from translate.core.paths import atomic_folder
+
+    folder = tmp_path / "export"
+    old = os.umask(0o022)
+    try:
+        with atomic_folder(folder, "the export") as staging:
+            (staging / "model.bin").write_text("first\n")
+        assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "model.bin").read_text() == "first\n"
+        with atomic_folder(folder, "the export") as staging:
+            (staging / "weights.bin").write_text("second\n")
+        assert sorted(p.name for p in folder.iterdir()) == ["weights.bin"]
+        with pytest.raises(TranslateError, match=r"cannot write the export .*export: .*No space left on device; "
+                                                 r"the previous one is intact"):
+            with atomic_folder(folder, "the export") as staging:
+                (staging / "half.bin").write_text("half\n")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        with pytest.raises(ValueError):  # not an operating-system error: raised as it is
+            with atomic_folder(folder, "the export"):
+                raise ValueError("a bug")
+        assert sorted(p.name for p in folder.iterdir()) == ["weights.bin"] and os.listdir(tmp_path) == ["export"]
     finally:
         os.umask(old)

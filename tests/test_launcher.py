@@ -88,7 +88,7 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
     """In a submitit task, submitit's signal before SLURM's time limit saves like SIGTERM does."""
     import signal as signals
 
-    from translate.training.resume import stop_signal_numbers
+    from translate.training.stop_signals import stop_signal_numbers
 
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
     assert stop_signal_numbers() == [signals.SIGTERM, signals.SIGUSR1, signals.SIGINT]

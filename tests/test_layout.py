@@ -98,8 +98,8 @@ def test_the_table_3_page_shows_the_rows_the_code_has():
 # and a line in the README's Layout.
 FLOORS = {
     "foundations": ["translate", "translate.core"],
-    "parts": ["translate.data", "translate.attention", "translate.model", "translate.attention_maps", "translate.search",
-              "translate.checkpoint", "translate.averaging", "translate.metrics", "translate.figures"],
+    "parts": ["translate.data", "translate.attention", "translate.kernels", "translate.model", "translate.attention_maps",
+              "translate.search", "translate.checkpoint", "translate.averaging", "translate.metrics", "translate.figures"],
     "engines": ["translate.translator", "translate.training", "translate.formats"],
     "verbs": ["translate.verbs"],
     "command line": ["translate.cli", "translate.hydra_cli", "translate.__main__"],

@@ -50,7 +50,7 @@ def test_auto_picks_bf16_on_cpus_that_have_it(monkeypatch, native):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_bf16_attention_on_cpu_matches_fp32_and_the_fused_kernel(causal):
-    """The written-out bf16 path (translate.model.attend) against torch's fused kernel in fp32
+    """The written-out bf16 path (translate.attention.attend) against torch's fused kernel in fp32
     (the reference) and in bf16 (what it replaces), values and gradients. bf16 keeps 8 bits of
     mantissa: within 2e-2 of fp32 on unit-scale inputs."""
     import torch.nn.functional as F
@@ -68,7 +68,7 @@ def test_bf16_attention_on_cpu_matches_fp32_and_the_fused_kernel(causal):
                              ("ours bf16", torch.bfloat16, None)):
         inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
         if run is None:
-            out = attend(*inputs, mask, causal)
+            out = attend(*inputs, mask, causal=causal)
         else:
             out = run(*inputs, attn_mask=mask, is_causal=causal and mask is None)
         assert out.dtype == dtype

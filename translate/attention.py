@@ -23,7 +23,7 @@ class MultiHeadAttention(nn.Module):
     Each head's queries and keys are d_k wide, its values d_v (Table 3, rows A and B).
     """
 
-    def __init__(self, d_model: int, heads: int, self_attention: bool, d_k: int, d_v: int):
+    def __init__(self, d_model: int, heads: int, *, self_attention: bool, d_k: int, d_v: int):
         super().__init__()
         self.heads = heads
         self.self_attention = self_attention
@@ -90,7 +90,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # incremental decoding: one query position per row
             out = attend_few(q, k, v, mask)
         else:
-            out = attend(q, k, v, mask, causal)  # (B, H, T, Kv)
+            out = attend(q, k, v, mask, causal=causal)  # (B, H, T, Kv)
         out = out.transpose(1, 2).reshape(B, T, H * Kv)  # (B, T, H * Kv)
         return self.out_proj(out)  # (B, T, D)
 
@@ -104,7 +104,7 @@ def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor]) -> Ten
     return scores.softmax(dim=-1, dtype=torch.float32)  # fp32 also where q and k are bf16
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], *, causal: bool) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V over whole sequences (training, encoding): q (B, H, T, K),
     k (B, H, S, K), v (B, H, S, Kv), mask broadcastable to (B, H, T, S) True where allowed,
     or causal -> (B, H, T, Kv). torch's fused kernel, except in bf16 on CPUs: there its
@@ -171,4 +171,5 @@ class LayerCache:
             pending = None
         else:  # rows of rows, when no step came between two reorders
             pending = index if self.pending is None else self.pending.index_select(0, index)
-        return LayerCache(self.self_k, self.self_v, cross(self.cross_k), cross(self.cross_v), group, pending)
+        return LayerCache(self_k=self.self_k, self_v=self.self_v, cross_k=cross(self.cross_k), cross_v=cross(self.cross_v),
+                          group=group, pending=pending)

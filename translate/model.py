@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017): post-norm, and the
 variants of its Table 3 (per-head widths, learned positions) and pre-norm.
 
-Class names follow the paper (MultiHeadAttention, in attention.py with its decoding cache).
+Class names follow the paper (MultiHeadAttention, in attention.py with its decoding cache);
+the CPU kernels it runs on (a dropout, decoding's prepacked products) are in kernels.py.
 Nothing here knows of Hydra, files or distributed training.
 Shapes: B batch, S source length, T target length, D d_model, H heads, K = d_k (query and key
 width per head, D / H by default), Kv = d_v (value width per head), V vocabulary.
@@ -20,52 +21,13 @@ from torch import Tensor, nn
 from translate.attention import LayerCache, MultiHeadAttention
 from translate.core.choices import Init, Norm, Positions
 from translate.core.config import ModelConfig
-
-
-class PackedWeight:
-    """A weight (out, in) reordered once into oneDNN's blocked layout, for fp32 inference
-    products on a CPU: x (..., in) -> x W^T + b (..., out). torch's own fp32 Linear runs on MKL,
-    which packs its weight again at every call; at the row counts of beam search (16 to 1024
-    rows) this one ran up to 2x faster. The two libraries sum in another order, so the products
-    differ in their last bits (about 1e-6 relative). A weight changed in place (its version)
-    or replaced is packed again."""
-
-    def __init__(self) -> None:
-        self.source: Optional[Tensor] = None  # the weight packed
-        self.version = -1  # its version then
-        self.packed: Optional[Tensor] = None
-
-    def product(self, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-        if weight is not self.source or weight._version != self.version:
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            self.source, self.version = weight, weight._version
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
-
-    @staticmethod
-    def serves(x: Tensor) -> bool:
-        """Whether x's product is one of those: fp32 on a CPU, no gradient, no autocast."""
-        return (x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled()
-                and not torch.is_autocast_enabled("cpu"))
-
-
-class PrepackedLinear(nn.Linear):
-    """nn.Linear whose fp32 inference products run on a PackedWeight; training, autocast (bf16)
-    and other dtypes or devices keep nn.Linear's product. Decoding turns a model's nn.Linear
-    modules into these in place (Transformer.prepack_products): same parameters, same
-    state_dict."""
-
-    weight_packed: Optional[PackedWeight] = None
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.weight_packed is None or not PackedWeight.serves(x):
-            return super().forward(x)
-        return self.weight_packed.product(x, self.weight, self.bias)
+from translate.kernels import Dropout, PackedWeight, PrepackedLinear
 
 
 class PositionalEncoding(nn.Module):
     """Sinusoidal positions (section 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)."""
 
-    def __init__(self, d_model: int, max_len: int = 1024):
+    def __init__(self, d_model: int, *, max_len: int = 1024):
         super().__init__()
         self.d_model = d_model
         self.register_buffer("table", self._table(max_len), persistent=False)
@@ -78,7 +40,7 @@ class PositionalEncoding(nn.Module):
         table[:, 1::2] = torch.cos(position * frequency)
         return table.float()  # (L, D)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, *, offset: int = 0) -> Tensor:
         """(length, D) encodings of positions offset .. offset + length - 1."""
         if offset + length > self.table.size(0):  # grow for long inputs instead of failing
             self.table = self._table(2 * (offset + length)).to(self.table.device)
@@ -94,29 +56,11 @@ class LearnedPositions(nn.Module):
             raise ValueError(f"learned positions need max_positions ({max_positions}) of at least 1")
         self.table = nn.Embedding(max_positions, d_model)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, *, offset: int = 0) -> Tensor:
         """(length, D) embeddings of positions offset .. offset + length - 1."""
         if offset + length > self.table.num_embeddings:
             raise ValueError(f"position {offset + length - 1} is past the learned table's {self.table.num_embeddings} rows")
         return self.table.weight[offset : offset + length]
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout whose CPU masks come from torch's random 63-bit integers, four 15-bit draws to
-    each: torch's generator there (mt19937) is serial, and its Bernoulli sampler, one draw per
-    element, took an eighth of a CPU update. An element is dropped where its 15 bits fall below
-    round(p * 2^15): the rate is p within 2^-16, and the kept ones are scaled by 1 / (1 - p), as
-    nn.Dropout does. The mask still comes from torch's generator, so seeding and resuming hold.
-    Other devices keep nn.Dropout's kernel."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0 or x.device.type != "cpu":
-            return super().forward(x)
-        n = x.numel()
-        draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # (ceil(n/4),) in [0, 2^63)
-        bits = draws.view(torch.int16)[:n].view(x.shape).bitwise_and_(0x7FFF)  # (...) four 15-bit draws each
-        keep = bits >= round(self.p * 2**15)  # (...) bool
-        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))  # the scaled mask: what backward multiplies by
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -152,7 +96,8 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.key_width, cfg.value_width)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True, d_k=cfg.key_width,
+                                            d_v=cfg.value_width)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(2)])
 
@@ -166,8 +111,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, True, cfg.key_width, cfg.value_width)
-        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, False, cfg.key_width, cfg.value_width)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=True, d_k=cfg.key_width,
+                                            d_v=cfg.value_width)
+        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_attention=False, d_k=cfg.key_width,
+                                           d_v=cfg.value_width)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.sublayer = nn.ModuleList([SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm) for _ in range(3)])
 
@@ -204,7 +151,8 @@ class DecoderState:
             sentences = None
         per_sentence = (lambda t: t) if sentences is None else (lambda t: pick(t, sentences))  # noqa: E731
         layers = [c.reorder(index, per_sentence, group) for c in self.layers]
-        return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, self.length, group)
+        return DecoderState(per_sentence(self.memory), per_sentence(self.src_mask), layers, length=self.length,
+                            group=group)
 
 
 class Transformer(nn.Module):
@@ -275,7 +223,7 @@ class Transformer(nn.Module):
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Dropout(sqrt(D) * E[tokens] + PE): (B, L) -> (B, L, D)."""
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)
-        return self.dropout(x + self.positional_encoding(tokens.size(1), offset))
+        return self.dropout(x + self.positional_encoding(tokens.size(1), offset=offset))
 
     def encode(self, src: Tensor) -> Tuple[Tensor, Tensor]:
         """(B, S) source ids -> memory (B, S, D) and src_mask (B, 1, 1, S), True at real tokens."""
@@ -338,7 +286,7 @@ class Transformer(nn.Module):
         state.length += 1
         return F.log_softmax(self.logits(x[:, 0]).float(), dim=-1)
 
-    def prepack_products(self, output: bool, layers: bool) -> None:
+    def prepack_products(self, *, output: bool, layers: bool) -> None:
         """Decoding's fp32 products on oneDNN with prepacked weights (PackedWeight): the output
         projection's, and the layers' (the encoder's and the decoder's: their nn.Linear modules
         become PrepackedLinear, in place). Neither changes the parameters, the state_dict or

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 @functools.lru_cache(maxsize=None)
 def decoding_products() -> Tuple[bool, bool]:
     """Which of decoding's fp32 products run on oneDNN with prepacked weights
-    (model.PackedWeight) instead of torch's MKL products: (the output projection, the
+    (kernels.PackedWeight) instead of torch's MKL products: (the output projection, the
     layers'), chosen by the instructions torch dispatches to on this CPU, never by its vendor.
 
     Measured on a Zen 4 EPYC (2 threads; rows x 256 in, 16 to 1024 rows), oneDNN against MKL:
@@ -74,7 +74,8 @@ class Translator:
             checkpoint.check_weights(path, payload["model"], model_cfg)
             raise TranslateError(f"{path}: its weights do not fit its model settings: {error}") from None
         model.eval()
-        model.prepack_products(*decoding_products())
+        output, layers = decoding_products()
+        model.prepack_products(output=output, layers=layers)
         return cls(model, vocabulary, payload.get("languages"), bool(payload.get("lowercase", False)))
 
     def references(self, lines: Sequence[str]) -> List[str]:

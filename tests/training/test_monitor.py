@@ -17,24 +17,12 @@ def test_logs_account_for_compute(tmp_path):
     assert re.search(r" of [0-9.]+ TFLOP/s fp32 peak( \(best of \d+ start-ups\))? mem ", update), update
 
 
-def test_the_progress_bar_ends_where_the_time_limit_stops_the_run():
-    """train.max_minutes coming first: the bar's end is the update the run reaches by then."""
-    from translate.training.schedule import projected_end
-
-    assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=math.inf) == 1000  # no limit
-    assert projected_end(step=10, first_step=0, max_steps=1000, elapsed=10.0, remaining=50.0) == 60  # 1 update/s
-    assert projected_end(step=110, first_step=100, max_steps=1000, elapsed=5.0, remaining=1000.0) == 1000  # steps first
-    assert projected_end(step=0, first_step=0, max_steps=1000, elapsed=0.0, remaining=50.0) == 1000  # no rate yet
-    assert projected_end(step=30, first_step=0, max_steps=1000, elapsed=10.0, remaining=-1.0) == 30  # time is up
-
-
-def test_the_progress_bar_is_paced_from_the_first_update_as_a_linear_decay_end_is(tmp_path, monkeypatch):
-    """Start-up before the first update (memory, kernels, compilation) does not pull the bar's
-    end in: it projects at the pace since the first update, as schedule.project_end does."""
+def test_the_progress_bar_ends_where_the_time_limit_projects_the_end(tmp_path, monkeypatch):
+    """The bar's end is the time limit's projected end, at its pace since the first update."""
     from types import SimpleNamespace
 
     from translate.core.config import TranslateConfig
-    from translate.training import monitor
+    from translate.training import monitor, time_limit
     from translate.training.distributed import Context
     from translate.training.update import StepStats
 
@@ -42,12 +30,15 @@ def test_the_progress_bar_is_paced_from_the_first_update_as_a_linear_decay_end_i
     monkeypatch.setattr(monitor, "_progress_bar", lambda total, initial: bar)
     monkeypatch.setattr(monitor, "_summary_writer", lambda folder: None)
     clock = [0.0]
-    monkeypatch.setattr(monitor.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time_limit.time, "monotonic", lambda: clock[0])
     cfg = TranslateConfig()
     cfg.run_dir, cfg.train.max_steps = str(tmp_path), 10**6
-    run = monitor.Monitor(cfg, Context(), None, record={}, previous={}, first_update=0, precision="fp32")
+    limit = time_limit.TimeLimit(1000 / 60, first_update=0)  # 1,000 s from 0
+    run = monitor.Monitor(cfg, Context(), None, record={}, previous={}, time_limit=limit, precision="fp32")
     clock[0] = 100.0  # 100 s of start-up, then the first update
-    run.count(StepStats(), 1, deadline=1000.0)
+    limit.count(1)
+    run.count(StepStats(), 1)
     clock[0] = 110.0  # 10 more updates in 10 s: 1 update/s for the 890 s left
-    run.count(StepStats(), 11, deadline=1000.0)
-    assert bar.total == 11 + 890  # from the run's start (11 updates in 110 s) it would be 11 + 89
+    limit.count(11)
+    run.count(StepStats(), 11)
+    assert bar.total == 11 + 890

@@ -12,7 +12,7 @@ def test_optimizer_follows_the_schedule_update_by_update():
     torch.manual_seed(0)
     model, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     reference.load_state_dict(model.state_dict())
-    optimizer, schedule = build_optimizer(model, OptimConfig(warmup_steps=10), d_model=512, updates=30)
+    optimizer, schedule = build_optimizer(model, OptimConfig(warmup_steps=10), d_model=512, last_update=30)
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
     plain = torch.optim.Adam(reference.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
     for update in range(1, 25):

@@ -27,14 +27,14 @@ def test_rate_values_by_hand():
 
 
 def test_the_device_rate_of_every_update_is_the_formula_exactly():
-    schedule = LearningRateSchedule(512, 10, updates=30)
+    schedule = LearningRateSchedule(512, 10, last_update=30)
     for update in range(1, 35):  # past the table: its last rate
         assert schedule.rate().item() == noam(min(update, 31), 512, 10)
         schedule.step()
 
 
 def test_taking_a_step_back_restores_the_exact_rate():
-    schedule = LearningRateSchedule(256, 7, updates=20)
+    schedule = LearningRateSchedule(256, 7, last_update=20)
     rates = []
     for _ in range(9):
         rates.append(schedule.rate().item())
@@ -47,7 +47,7 @@ def test_taking_a_step_back_restores_the_exact_rate():
 
 
 def test_a_dropped_update_leaves_the_schedule_where_it_was():
-    schedule = LearningRateSchedule(512, 10, updates=20)
+    schedule = LearningRateSchedule(512, 10, last_update=20)
     schedule.step()
     before = schedule.rate().item()
     schedule.step(dropped=torch.tensor(True))  # flagged on the device: not counted
@@ -57,10 +57,10 @@ def test_a_dropped_update_leaves_the_schedule_where_it_was():
 
 
 def test_schedule_state_round_trip_and_the_old_lambdalr_state():
-    schedule = LearningRateSchedule(512, 10, updates=20)
+    schedule = LearningRateSchedule(512, 10, last_update=20)
     for _ in range(5):
         schedule.step()
-    restored = LearningRateSchedule(512, 10, updates=20)
+    restored = LearningRateSchedule(512, 10, last_update=20)
     restored.load_state_dict(schedule.state_dict())
     assert restored.rate().item() == schedule.rate().item() == noam(6, 512, 10)
     # Checkpoints written before the schedule class held a LambdaLR's state: its last_epoch
@@ -70,7 +70,7 @@ def test_schedule_state_round_trip_and_the_old_lambdalr_state():
     for _ in range(5):
         optimizer.step()
         lambda_lr.step()
-    old = LearningRateSchedule(512, 10, updates=20)
+    old = LearningRateSchedule(512, 10, last_update=20)
     old.load_state_dict(lambda_lr.state_dict())
     assert old.rate().item() == optimizer.param_groups[0]["lr"]
 
@@ -78,7 +78,7 @@ def test_schedule_state_round_trip_and_the_old_lambdalr_state():
 def test_linear_decay_by_hand():
     """The same warmup and peak as the paper's, then a straight line to zero one past the last
     update: 128 wide, 4 warmup updates, 10 updates in all, lr_scale 2."""
-    schedule = LearningRateSchedule(128, 4, lr_scale=2.0, updates=10, decay=Decay.linear)
+    schedule = LearningRateSchedule(128, 4, lr_scale=2.0, last_update=10, decay=Decay.linear)
     peak = 2 / math.sqrt(128) / math.sqrt(4)
     assert schedule.rate_at(2) == pytest.approx(peak * 2 / 4) == pytest.approx(noam(2, 128, 4, 2.0))  # warming up
     assert schedule.rate_at(4) == pytest.approx(peak)
@@ -91,7 +91,7 @@ def test_linear_decay_is_fairseqs_polynomial_decay_of_power_one():
     """fairseq's polynomial_decay (end_learning_rate 0, power 1) with its total_num_update one
     past ours: lr = peak * (1 - (n - warmup) / (total - warmup)) after the warmup."""
     warmup, updates, peak = 400, 3000, 0.005
-    schedule = LearningRateSchedule(128, warmup, lr_scale=peak * math.sqrt(128 * warmup), updates=updates,
+    schedule = LearningRateSchedule(128, warmup, lr_scale=peak * math.sqrt(128 * warmup), last_update=updates,
                                     decay=Decay.linear)
     total = updates + 1
     for n in (401, 1000, 2999, 3000):
@@ -101,7 +101,7 @@ def test_linear_decay_is_fairseqs_polynomial_decay_of_power_one():
 
 
 def test_the_schedules_settings_are_in_its_state():
-    state = LearningRateSchedule(128, 4, updates=10, decay=Decay.linear).state_dict()
+    state = LearningRateSchedule(128, 4, last_update=10, decay=Decay.linear).state_dict()
     assert state["decay"] == "linear" and state["updates"] == 10
 
 
@@ -110,8 +110,8 @@ def test_a_linear_decay_ended_at_a_projected_update_is_the_line_to_that_update()
     already the same, and from update 5 on every rate is that of a run built for 10 exactly.
     The end is in the state and a resume keeps it; the paper's decay, which has no end, ignores
     a saved one (a longer run may resume)."""
-    projected = LearningRateSchedule(128, 4, lr_scale=2.0, updates=1000, decay=Decay.linear)
-    built = LearningRateSchedule(128, 4, lr_scale=2.0, updates=10, decay=Decay.linear)
+    projected = LearningRateSchedule(128, 4, lr_scale=2.0, last_update=1000, decay=Decay.linear)
+    built = LearningRateSchedule(128, 4, lr_scale=2.0, last_update=10, decay=Decay.linear)
     for n in range(1, 5):
         assert projected.rate().item() == built.rate_at(n)
         projected.step()
@@ -122,12 +122,12 @@ def test_a_linear_decay_ended_at_a_projected_update_is_the_line_to_that_update()
     assert projected.rate_at(11) == 0.0 and projected.rate_at(5) == pytest.approx(2 / math.sqrt(128) / 2 * 6 / 7)
     state = projected.state_dict()
     assert state["updates"] == 10 and state["projected"] is True
-    resumed = LearningRateSchedule(128, 4, lr_scale=2.0, updates=1000, decay=Decay.linear)
+    resumed = LearningRateSchedule(128, 4, lr_scale=2.0, last_update=1000, decay=Decay.linear)
     resumed.load_state_dict({**state, "applied": 6})
-    assert resumed.updates == 10 and resumed.projected and resumed.rate().item() == built.rate_at(7)
-    paper = LearningRateSchedule(128, 4, updates=1000)
+    assert resumed.last_update == 10 and resumed.projected and resumed.rate().item() == built.rate_at(7)
+    paper = LearningRateSchedule(128, 4, last_update=1000)
     paper.load_state_dict({**state, "applied": 6, "decay": "inverse_sqrt"})
-    assert paper.updates == 1000 and not paper.projected
+    assert paper.last_update == 1000 and not paper.projected
 
 
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the line's rates by hand and by fairseq's formula: above
@@ -173,7 +173,7 @@ def test_a_run_bounded_by_minutes_alone_starts_at_once_and_keeps_exact_rates():
     import time
 
     started = time.monotonic()
-    schedule = LearningRateSchedule(512, 4000, updates=10**8)
+    schedule = LearningRateSchedule(512, 4000, last_update=10**8)
     assert time.monotonic() - started < 5 and len(schedule.rates) <= 2 * LearningRateSchedule.CHUNK
     edge = LearningRateSchedule.CHUNK
     schedule.load_state_dict({"applied": edge - 2, "d_model": 512, "warmup_steps": 4000})
@@ -182,7 +182,7 @@ def test_a_run_bounded_by_minutes_alone_starts_at_once_and_keeps_exact_rates():
         schedule.step()
     schedule.load_state_dict({"applied": 5 * 10**7, "d_model": 512, "warmup_steps": 4000})
     assert schedule.rate().item() == noam(5 * 10**7 + 1)
-    linear = LearningRateSchedule(128, 10, updates=3 * LearningRateSchedule.CHUNK, decay=Decay.linear)
+    linear = LearningRateSchedule(128, 10, last_update=3 * LearningRateSchedule.CHUNK, decay=Decay.linear)
     linear.load_state_dict({"applied": 3 * LearningRateSchedule.CHUNK + 5, "d_model": 128, "warmup_steps": 10})
     assert linear.rate().item() == 0.0  # past the last update: the rate one past it, zero
     linear.load_state_dict({"applied": 4 * LearningRateSchedule.CHUNK, "d_model": 128, "warmup_steps": 10})

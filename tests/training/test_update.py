@@ -30,7 +30,8 @@ def test_training_on_real_data_lowers_the_loss(small_data):
     cfg, data = small_data
     torch.manual_seed(0)
     model = Transformer(replace(cfg.model, vocab_size=len(data.vocabulary), dropout=0.0))
-    optimizer, schedule = build_optimizer(model, replace(cfg.optim, warmup_steps=10), cfg.model.d_model, 40)
+    optimizer, schedule = build_optimizer(model, replace(cfg.optim, warmup_steps=10), d_model=cfg.model.d_model,
+                                          last_update=40)
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, 1500, seed=1, epoch=0)
     held_out = collate(data.train, batches[0], data.vocabulary.specials)
 
@@ -94,7 +95,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
-    optimizer, schedule = build_optimizer(model, OptimConfig(), 4, 10)
+    optimizer, schedule = build_optimizer(model, OptimConfig(), d_model=4, last_update=10)
     assert optimizer.param_groups[0]["fused"]  # the device-side drop is what is tested first
     model(torch.ones(1, 3)).sum().backward()
     before = model.weight.detach().clone()
@@ -122,7 +123,7 @@ def test_apply_update_steps_or_drops_a_non_finite_update_on_the_device():
     assert scaler.get_scale() < 1024.0  # the scale backs off on non-finite gradients
     drop(scaler, gradient=1e38)  # every gradient finite, their norm not: dropped as well
     optimizer = Adam(model.parameters(), lr=0.0, foreach=True)  # no found_inf: the host checks
-    schedule = LearningRateSchedule(4, 4000, updates=10)
+    schedule = LearningRateSchedule(4, 4000, last_update=10)
     model(torch.ones(1, 3)).sum().backward()
     apply_update(model, optimizer, schedule, None, 0.0)  # one real step, so that Adam has state
     drop()

@@ -15,7 +15,8 @@ import torch.distributed as dist
 from tests.conftest import MULTI30K, SMALL, hook_env, in_update, need, run, torchrun
 from translate import checkpoint
 from translate.core.errors import TranslateError
-from translate.training import distributed, resume
+from translate.training import distributed
+from translate.training.stop_signals import StopSignals
 from translate.training.trainer import Trainer
 from translate.training.watchdog import Watchdog
 from translate.verbs import train as train_verb
@@ -148,7 +149,7 @@ def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monke
 
     def setup(cfg, context):
         trainer = Failing()
-        trainer.stop_signals = resume.StopSignals()
+        trainer.stop_signals = StopSignals()
         return trainer
 
     handlers = []
@@ -157,5 +158,5 @@ def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monke
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(TranslateError, match="rank 1 died"):
         train_verb.train(compose("train"))
-    assert getattr(handlers[0], "__self__", None).__class__ is resume.StopSignals  # caught while leaving the group
+    assert getattr(handlers[0], "__self__", None).__class__ is StopSignals  # caught while leaving the group
     assert signal.getsignal(signal.SIGTERM) == before  # and given back at the end

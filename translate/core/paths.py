@@ -1,12 +1,13 @@
 """Every file name inside a run_dir, so that the verbs chain by default (train writes what decode
 reads, decode what bleu reads); the project root, where configs/ and local datasets are found;
-and the one way files are written here: atomically.
+and the one way files and folders are written here: atomically.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -15,7 +16,7 @@ from typing import IO, Iterator, List, Optional
 from translate.core.choices import PlotKind
 
 from translate.core.config import TranslateConfig
-from translate.core.errors import TranslateError, os_error_in
+from translate.core.errors import TranslateError, describe, os_error_in
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: configs/ and local datasets
 
@@ -143,15 +144,58 @@ def atomic_write(path: Path, binary: bool = False, sync: bool = False) -> Iterat
         raise TranslateError(f"cannot write {path}: {failed.strerror or failed}; {before}") from None
 
 
+@contextmanager
+def atomic_folder(folder: Path, what: str) -> Iterator[Path]:
+    """A staging folder to fill beside `folder`, swapped in whole once complete: where a previous
+    `folder` exists, with two renames, so that readers see the old folder or the new one, never
+    half of one. A failure removes the staging folder and leaves the previous one as it was; an
+    operating-system error becomes one TranslateError line that names `what` (the export, the
+    token cache), `folder`, the cause, and whether the previous one is intact."""
+    staging: Optional[Path] = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.new-", dir=folder.parent))
+        staging.chmod(0o777 & ~_umask())  # as mkdir would: mkdtemp's 0700 would hide it from the user's group
+        yield staging
+        _swap_in(staging, folder)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        failed = os_error_in(error)
+        if failed is None:
+            raise
+        before = "the previous one is intact" if folder.exists() else "nothing of it was kept"
+        raise TranslateError(f"cannot write {what} {folder}: {describe(failed)}; {before}") from None
+
+
+def _swap_in(staging: Path, folder: Path) -> None:
+    """Replace `folder` by the complete `staging` folder with two renames."""
+    if not folder.exists():
+        staging.rename(folder)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+    folder.rename(retired / folder.name)
+    try:
+        staging.rename(folder)
+    except BaseException:
+        (retired / folder.name).rename(folder)  # put the previous one back
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _umask() -> int:
+    umask = os.umask(0o022)  # reading the umask sets it: put it straight back
+    os.umask(umask)
+    return umask
+
+
 def _mode_for(path: Path) -> int:
     """The permissions `path` gets: those it has, else what open() would give a new file (0666
     less the umask)."""
     try:
         return path.stat().st_mode & 0o7777
     except OSError:
-        umask = os.umask(0o022)  # reading the umask sets it: put it straight back
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~_umask()
 
 
 def usable_folder(folder: Path) -> Optional[str]:

@@ -1,7 +1,8 @@
-"""The `translate prepare` verb, which `translate train` runs too: clean the training split,
-train the joint vocabulary (or take data.spm_model) and encode the training and dev splits
-once into the token cache (data.cache), streaming in chunks; a second run with the same
-settings finds the cache by its fingerprint and maps it at once.
+"""The preparation of the corpus, which `translate prepare` (verbs/prepare.py) and `translate
+train` run: clean the training split, train the joint vocabulary (or take data.spm_model) and
+encode the training and dev splits once into the token cache (data.cache), streaming in
+chunks; a second run with the same settings finds the cache by its fingerprint and maps it at
+once.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -23,12 +21,12 @@ from translate.core import paths
 from translate.core.config import DataConfig
 from translate.data.cache import (FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
                                   is_complete, load)
-from translate.core.errors import DamagedCache, MissingSplit, TranslateError, describe, os_error_in
+from translate.core.errors import DamagedCache, MissingSplit, TranslateError
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.progress import Progress
 from translate.data.vocabulary import Vocabulary
 
-warn = logging.getLogger("translate.verbs.prepare").warning
+warn = logging.getLogger(__name__).warning
 
 
 def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus]) -> str:
@@ -118,26 +116,13 @@ def _read_spm_model(path: str) -> bytes:
 
 
 def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus], log) -> None:
-    """Build the cache in a staging folder beside `folder`, then rename it into place (over a
-    damaged or stale folder of that name); an operating-system error (a full disk, a file-size
-    limit) is one line, and nothing of the staging folder is kept."""
-    staging: Optional[Path] = None
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    """Build the cache in a staging folder beside `folder`, swapped in whole (over a damaged or
+    stale folder of that name); an operating-system error (a full disk, a file-size limit) is
+    one line, and nothing of the staging folder is kept."""
+    with paths.atomic_folder(folder, "the token cache") as staging:
         report = _encode_splits(staging, data, train, valid, log)
         report["files"] = file_records(staging)
         (staging / REPORT).write_text(json.dumps(report, indent=2))  # last: marks the folder complete
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    except BaseException as error:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        failed = os_error_in(error)
-        if failed is None:
-            raise
-        raise TranslateError(f"cannot build the token cache {folder}: {describe(failed)}; nothing of it was kept "
-                             "(the next run prepares it afresh)") from None
     log(summary(report))
 
 

@@ -193,11 +193,6 @@ def gather_objects(value: Any, context: Context) -> List[Any]:
     return [pickle.loads(g[: int(s.item())].numpy().tobytes()) for g, s in zip(gathered, sizes)]
 
 
-def any_true(flag: bool, context: Context) -> bool:
-    """True on every process if it is true on any (e.g. a stop decision all must share)."""
-    return all_sum([float(flag)], context)[0] > 0
-
-
 def doing(what: str) -> None:
     """What this process is doing now (the watchdog tells the other processes, which name it if
     this process stalls): a phase of the loop, cheap to set at each."""

@@ -22,49 +22,41 @@ from translate.data.cache import PreparedData
 from translate.model import Transformer
 from translate.training import distributed
 from translate.training.flops import Accounting
-from translate.training.schedule import projected_end
+from translate.training.time_limit import TimeLimit
 from translate.training.update import StepStats
 
 if TYPE_CHECKING:
     from translate.training.validate import Validation
 
-log = logging.getLogger("translate.training.trainer")  # the trainer's lines, whichever module writes them
+log = logging.getLogger(__name__)
 
 
 class Monitor:
     """The run's log lines, TensorBoard, progress bar and run record.
 
     record: what the run record says of the run itself (settings, data, model); previous: the
-    training seconds and FLOPs of the runs this one resumes, which the record adds to."""
+    training seconds and FLOPs of the runs this one resumes, which the record adds to;
+    time_limit: the run's, whose projected end the progress bar ends at."""
 
     def __init__(self, cfg: TranslateConfig, context: distributed.Context, accounting: Accounting, *,
-                 record: Dict[str, Any], previous: Dict[str, float], first_update: int, precision: str):
+                 record: Dict[str, Any], previous: Dict[str, float], time_limit: TimeLimit, precision: str):
         self.cfg, self.context, self.accounting = cfg, context, accounting
         self.run_dir = Path(cfg.run_dir)
         self.record_parts, self.previous, self.precision = record, previous, precision
         self.started = self.window_start = time.monotonic()  # this run's start; the log window's
-        self.first_update = first_update  # where this run's loop began
-        self.paced_from: Optional[Tuple[int, float]] = None  # (updates, time) when this run's first update was counted
+        self.time_limit = time_limit
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
         self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
         self.target: Optional[Dict[str, float]] = None  # when train.target_bleu was reached
         self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
-        self.progress = _progress_bar(cfg.train.max_steps, first_update) if context.is_main else None
+        self.progress = _progress_bar(cfg.train.max_steps, time_limit.first_update) if context.is_main else None
 
-    def pace(self, updates: int) -> Tuple[int, float]:
-        """(updates, monotonic time) to measure this run's pace from, `updates` counted: after its
-        first update (start-up: memory, kernels, compilation), where a later one has been counted."""
-        return self.paced_from if self.paced_from[0] < updates else (self.first_update, self.started)
-
-    def count(self, stats: StepStats, updates: int, deadline: float) -> None:
+    def count(self, stats: StepStats, updates: int) -> None:
         """One more update counted (updates: the count now); the bar's end follows the time limit."""
-        if self.paced_from is None:
-            self.paced_from = (updates, time.monotonic())
         self.window.add(stats)
         self.totals.add(stats)
-        if self.progress is not None:  # paced as a linear decay's end is projected (schedule.project_end)
-            (first, since), now = self.pace(updates), time.monotonic()
-            self.progress.total = projected_end(updates, first, self.cfg.train.max_steps, now - since, deadline - now)
+        if self.progress is not None:
+            self.progress.total = self.time_limit.projected_end(updates, last_update=self.cfg.train.max_steps)
             self.progress.update(1)
 
     def log(self, updates: int, lr: float, grad_norm: float, skipped: int) -> None:

@@ -47,9 +47,9 @@ class Adam(torch.optim.Adam):
 
 
 def build_optimizer(
-    model: nn.Module, cfg: OptimConfig, d_model: int, updates: int, device: torch.device = torch.device("cpu")
+    model: nn.Module, cfg: OptimConfig, *, d_model: int, last_update: int, device: torch.device = torch.device("cpu")
 ) -> Tuple[Adam, LearningRateSchedule]:
-    """Adam(beta1, beta2, eps) and the schedule that gives its rate for each of `updates` updates."""
+    """Adam(beta1, beta2, eps) and the schedule that gives its rate for each update up to `last_update`."""
     beta1, beta2 = cfg.betas
     # lr: unused, the schedule gives every update's rate. Fused (one pass over all parameters)
     # where the device has the kernel, else foreach.
@@ -57,5 +57,6 @@ def build_optimizer(
         optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, fused=True)
     except (RuntimeError, TypeError):
         optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
-    schedule = LearningRateSchedule(d_model, cfg.warmup_steps, cfg.lr_scale, updates, device, cfg.decay)
+    schedule = LearningRateSchedule(d_model, cfg.warmup_steps, lr_scale=cfg.lr_scale, last_update=last_update,
+                                    device=device, decay=cfg.decay)
     return optimizer, schedule

@@ -1,13 +1,10 @@
 """Resuming exactly: the training state a checkpoint_last.pt holds (weights, optimizer,
 schedule, loss scaler, every process's random state and data position) restored only into
-the same model trained with the same settings; fine-tuning from another run's weights; stop
-signals (preemption) turned into a save at the next update."""
+the same model trained with the same settings; fine-tuning from another run's weights."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -56,7 +53,7 @@ def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vo
     except MissingCheckpoint:
         return None
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
-    check_same_settings(path, payload, optim, schedule.updates if schedule is not None else None)
+    check_same_settings(path, payload, optim, schedule.last_update if schedule is not None else None)
     checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
     if "optimizer" in payload:
@@ -82,48 +79,6 @@ def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabular
     checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
     checkpoint.check_weights(path, payload["model"], model_cfg)
     model.load_state_dict(payload["model"])
-
-
-def stop_signal_numbers() -> List[int]:
-    """SIGTERM, SIGUSR1 and SIGINT (Ctrl-C; torchrun passes it on to each worker); in a
-    submitit task also submitit's warning before SLURM's time limit (SIGUSR2 unless
-    SUBMITIT_PREEMPT_SIGNAL says otherwise; hydra.launcher.signal_delay_s before it), whose
-    own handler would end the task without a save."""
-    numbers = [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT]
-    if os.environ.get("SUBMITIT_EXECUTOR"):
-        number = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
-        if number is not None and number not in numbers:
-            numbers.append(number)
-    return numbers
-
-
-class StopSignals:
-    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) and Ctrl-C ask for a save and
-    a clean exit at the next update (see stop_signal_numbers); a second Ctrl-C exits at once,
-    without saving. The previous handlers come back afterwards."""
-
-    def __init__(self):
-        self.received: Optional[int] = None
-        self.previous: Dict[int, object] = {}
-        try:
-            for number in stop_signal_numbers():
-                self.previous[number] = signal.signal(number, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self.close()
-
-    @property
-    def name(self) -> Optional[str]:
-        return signal.Signals(self.received).name if self.received else None
-
-    def _handle(self, number, frame) -> None:
-        if number == signal.SIGINT and self.received == signal.SIGINT:
-            raise KeyboardInterrupt  # the second Ctrl-C: the user will not wait for the save
-        self.received = number
-
-    def close(self) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
-        self.previous = {}
 
 
 def process_state(batches: BatchStream) -> Dict:

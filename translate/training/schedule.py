@@ -1,26 +1,22 @@
 """The learning-rate schedule: the paper's (section 5.3: linear warmup, then inverse square root
-decay), or the same warmup and peak, then a linear fall to zero at the last update (train.max_steps,
-or where train.max_minutes is projected to end: end_at)."""
+decay), or the same warmup and peak, then a linear fall to zero at the last update
+(train.max_steps, or the update a time limit is projected to reach: end_at, which
+translate.training.time_limit calls)."""
 
 from __future__ import annotations
 
-import logging
-import math
-import time
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Dict, Union
 
 import torch
 from torch import Tensor
 
 from translate.core.choices import Decay
 
-log = logging.getLogger(__name__)
-
 
 class LearningRateSchedule:
     """lrate = lr_scale * d_model^-0.5 * min(n^-0.5, n * warmup_steps^-1.5) for update n (from 1);
-    with linear decay, the same warmup to the same peak, then peak * (updates + 1 - n) /
-    (updates + 1 - warmup_steps): a run whose length is known ends its rate near zero, where the
+    with linear decay, the same warmup to the same peak, then peak * (last_update + 1 - n) /
+    (last_update + 1 - warmup_steps): a run whose length is known ends its rate near zero, where the
     paper's keeps most of its peak (a budget of 4,000 updates after 2,000 of warmup: 71%).
 
     It counts the updates applied so far in a device scalar, so that an update dropped on the
@@ -34,13 +30,14 @@ class LearningRateSchedule:
 
     CHUNK = 100_000  # rows of the table computed at a time
 
-    def __init__(self, d_model: int, warmup_steps: int, lr_scale: float = 1.0, updates: int = 100000,
+    def __init__(self, d_model: int, warmup_steps: int, *, lr_scale: float = 1.0, last_update: int = 100000,
                  device: torch.device = torch.device("cpu"), decay: Decay = Decay.inverse_sqrt):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps ({warmup_steps}) must be at least 1")
         self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
-        self.decay, self.updates = Decay(decay), updates
-        self.projected = False  # whether `updates` is a projection of the time limit (end_at), not train.max_steps
+        self.decay = Decay(decay)
+        self.last_update = last_update  # the last update planned (train.max_steps, or end_at's)
+        self.projected = False  # whether last_update is a time limit's projection (end_at), not train.max_steps
         # CUDA's fused Adam reads a float32 rate; elsewhere float64 is the Python float exactly.
         self.dtype, self.device = (torch.float32 if device.type == "cuda" else torch.float64), device
         self.applied = torch.zeros(1, dtype=torch.long, device=device)  # (1,) updates applied so far
@@ -52,34 +49,20 @@ class LearningRateSchedule:
         n = max(n, 1)
         if self.decay == Decay.linear and n > self.warmup_steps:
             peak = self.lr_scale * self.d_model**-0.5 * self.warmup_steps**-0.5
-            return peak * max(self.updates + 1 - n, 0) / max(self.updates + 1 - self.warmup_steps, 1)
+            return peak * max(self.last_update + 1 - n, 0) / max(self.last_update + 1 - self.warmup_steps, 1)
         return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
 
-    def ends_by_time(self, deadline: float, updates: int) -> bool:
-        """Whether, after `updates`, the end of a linear decay is due to be projected from a time
-        limit: at the warmup's end, whose rates do not depend on where the line ends."""
-        return (self.decay == Decay.linear and not self.projected and deadline < math.inf
-                and updates >= self.warmup_steps)
+    def open_ended(self, updates: int) -> bool:
+        """Whether, after `updates`, a time limit may set where the line ends (end_at): a linear
+        decay not ended so yet, at the warmup's end, whose rates do not depend on the end."""
+        return self.decay == Decay.linear and not self.projected and updates >= self.warmup_steps
 
-    def project_end(self, updates: int, paced_from: Tuple[int, float], deadline: float,
-                    agree: Callable[[int], int] = int) -> int:
-        """End the linear decay at the update the time limit (the monotonic `deadline`) is
-        projected to reach at the pace since `paced_from` (updates, time), or at its current end
-        if earlier; `agree` makes every process's projection the main one's. Returns the end."""
-        first, since = paced_from
-        now = time.monotonic()
-        end = max(int(agree(projected_end(updates, first, self.updates, now - since, deadline - now))), updates)
-        self.end_at(end)
-        log.info(f"optim.decay=linear: the time limit is projected to end the run at update {end} (the pace of "
-                 f"updates {first + 1}-{updates}); the rate falls to zero there, and training stops there")
-        return end
-
-    def end_at(self, updates: int) -> None:
-        """End the linear decay at update `updates` instead (the update a time limit is projected
+    def end_at(self, last_update: int) -> None:
+        """End the linear decay at `last_update` instead (the update a time limit is projected
         to reach). Called at the end of the warmup, whose rates do not depend on the end: no rate
         already used changes."""
-        self.updates, self.projected = updates, True
-        self._start_table(min(max(self.counted - 16, 0), self.updates))
+        self.last_update, self.projected = last_update, True
+        self._start_table(min(max(self.counted - 16, 0), self.last_update))
 
     def _start_table(self, base: int) -> None:
         """The table from row `base` (the rate of update base + 1) on: a run resumed far into
@@ -91,7 +74,7 @@ class LearningRateSchedule:
     def _cover(self) -> None:
         """Extend the table past the next update the host has counted, up to its last row (the
         rate one past train.max_steps: the rate of any update after it)."""
-        last = self.updates + 1  # rows in the whole table
+        last = self.last_update + 1  # rows in the whole table
         while self.base + len(self.rates) <= self.counted + 1 and self.base + len(self.rates) < last:
             start = self.base + len(self.rates) + 1  # the update of the first new row
             stop = min(last, self.base + len(self.rates) + self.CHUNK) + 1
@@ -115,9 +98,11 @@ class LearningRateSchedule:
         self.applied -= torch.as_tensor(where, device=self.applied.device).long()
 
     def state_dict(self) -> Dict[str, Any]:
-        """Plain numbers: the applied updates (read from the device) and the settings."""
+        """Plain numbers: the applied updates (read from the device) and the settings; the last
+        update is saved as "updates"."""
         return {"applied": int(self.applied.item()), "d_model": self.d_model, "warmup_steps": self.warmup_steps,
-                "lr_scale": self.lr_scale, "decay": str(self.decay), "updates": self.updates, "projected": self.projected}
+                "lr_scale": self.lr_scale, "decay": str(self.decay), "updates": self.last_update,
+                "projected": self.projected}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Our own state, or that of the LambdaLR that checkpoints written before this class
@@ -125,16 +110,6 @@ class LearningRateSchedule:
         self.counted = int(state["applied"] if "applied" in state else state["last_epoch"])
         self.applied.fill_(self.counted)
         if state.get("projected") and self.decay == Decay.linear:  # the end the saved run projected stays
-            self.updates, self.projected = min(int(state["updates"]), self.updates), True
-        self._start_table(min(max(self.counted - 16, 0), self.updates))  # a few steps back too (step_back); within the table
+            self.last_update, self.projected = min(int(state["updates"]), self.last_update), True
+        self._start_table(min(max(self.counted - 16, 0), self.last_update))  # a few steps back too (step_back); within the table
 
-
-def projected_end(step: int, first_step: int, max_steps: int, elapsed: float, remaining: float) -> int:
-    """The last update: train.max_steps, or, where train.max_minutes comes first, the update the
-    run will reach by then at its rate so far (step: updates now; first_step: when this run
-    began; elapsed and remaining: seconds since then and up to the time limit). The progress
-    bar's end, and a linear decay's under a time limit (LearningRateSchedule.project_end)."""
-    done = step - first_step
-    if done < 1 or elapsed <= 0 or remaining == math.inf:
-        return max_steps
-    return min(max_steps, step + int(done / elapsed * max(remaining, 0.0)))

@@ -38,6 +38,8 @@ from translate.training.loss import LabelSmoothedObjective
 from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.training.schedule import LearningRateSchedule
+from translate.training.stop_signals import StopSignals
+from translate.training.time_limit import TimeLimit
 from translate.training.update import QueuedUpdate, StepStats, apply_update, batch_plan, train_step
 from translate.training.validate import Validator
 
@@ -56,7 +58,7 @@ class LoopState:
 
     updates: int  # updates counted, over every run of this run_dir
     skipped: int  # non-finite updates dropped, likewise
-    deadline: float  # monotonic time of train.max_minutes (inf: none)
+    time_limit: TimeLimit  # train.max_minutes: the deadline, the pace, the projected end
     nonfinite_in_a_row: int = 0
     grad_norm: float = 0.0  # of the last update counted
     lr: float = 0.0
@@ -116,7 +118,7 @@ class Trainer:
     validator: Validator  # dev metrics, the best so far (checkpoint_best.pt), early stopping
     state: LoopState
     monitor: Monitor
-    stop_signals: resume.StopSignals
+    stop_signals: StopSignals
     queued: Deque[QueuedUpdate] = field(default_factory=deque)  # on their way to the host, oldest first
 
     @classmethod
@@ -131,7 +133,8 @@ class Trainer:
             write_report(data, paths.data_report(run_dir))
         model_cfg = _model_config(cfg, data)
         model = Transformer(model_cfg, pad_id=data.vocabulary.specials.pad, init=cfg.train.init).to(context.device)
-        optimizer, schedule = build_optimizer(model, cfg.optim, model_cfg.d_model, cfg.train.max_steps, context.device)
+        optimizer, schedule = build_optimizer(model, cfg.optim, d_model=model_cfg.d_model, last_update=cfg.train.max_steps,
+                                              device=context.device)
         precision = MixedPrecision.on(cfg.train.precision, context.device)
         tokens_per_batch, accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
                                                     context.world_size)
@@ -155,37 +158,29 @@ class Trainer:
         validator.load_dev_sentences()
         updates = int(resumed["step"]) if resumed is not None else 0
         previous = run_record.previous_training(run_dir, updates if resumed is not None else None)
-        minutes = cfg.train.max_minutes
         state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
-                          deadline=time.monotonic() + 60 * minutes if minutes else math.inf)
+                          time_limit=TimeLimit(cfg.train.max_minutes, first_update=updates))
         monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg, command), previous=previous,
-                          first_update=updates, precision=str(precision.precision))
+                          time_limit=state.time_limit, precision=str(precision.precision))
         # cleanup() closes the monitor; the stop signals are the caller's to close (train.train).
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
-                   state=state, monitor=monitor, stop_signals=resume.StopSignals())
+                   state=state, monitor=monitor, stop_signals=StopSignals())
 
     @property
     def last_path(self) -> Path:
         return Path(self.cfg.run_dir) / paths.LAST_CHECKPOINT
 
-    def project_end(self) -> None:
-        """optim.decay=linear under train.max_minutes: where the line ends, projected at the warmup's end."""
-        schedule, state = self.learner.schedule, self.state
-        if schedule.ends_by_time(state.deadline, state.updates):  # the main process's projection holds on all
-            schedule.project_end(state.updates, self.monitor.pace(state.updates), state.deadline,
-                                 lambda end: distributed.from_main(end, self.context))
-
     def train(self) -> Path:
         """Section 5 of the paper, one update at a time, then the boundaries; to
         train.max_steps, the time limit, a stop signal or early stopping."""
         cfg, state = self.cfg, self.state
-        if state.updates >= self.learner.schedule.updates:
-            log.info(f"{self.last_path} already has {state.updates} updates (its last: {self.learner.schedule.updates}): "
-                     "nothing to do")
+        if state.updates >= self.learner.schedule.last_update:
+            log.info(f"{self.last_path} already has {state.updates} updates (its last: "
+                     f"{self.learner.schedule.last_update}): nothing to do")
             return self.last_path
         learner = self.learner
         learner.model.train()
-        while state.updates < self.learner.schedule.updates and not self.between_updates():
+        while state.updates < self.learner.schedule.last_update and not self.between_updates():
             batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
             distributed.doing(f"update {state.updates + 1}: forward and backward")
             stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
@@ -197,8 +192,9 @@ class Trainer:
             self.settle(keep=1)  # the previous update, while the device works on this one
             if not self.boundary(state.updates + 1) or not self.settle():
                 continue
-            self.project_end()
-            if _every(state.updates, cfg.train.log_every) or state.updates == self.learner.schedule.updates:
+            if state.time_limit.ends_schedule(learner.schedule, state.updates):  # optim.decay=linear: where it ends
+                state.time_limit.end_schedule(learner.schedule, state.updates, self.context)
+            if _every(state.updates, cfg.train.log_every) or state.updates == learner.schedule.last_update:
                 self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
             # Validate before saving, so that the checkpoint holds this validation's result.
             if self.validator.due(state.updates) and self.validate():
@@ -235,7 +231,8 @@ class Trainer:
         state = self.state
         state.updates, state.nonfinite_in_a_row, state.grad_norm, state.lr = state.updates + 1, 0, norm, lr
         stats.loss, stats.nll = loss, nll
-        self.monitor.count(stats, state.updates, state.deadline)
+        state.time_limit.count(state.updates)
+        self.monitor.count(stats, state.updates)
 
     def _drop(self) -> None:
         """A non-finite update, dropped on the device (weights, optimizer and schedule untouched)."""
@@ -250,9 +247,9 @@ class Trainer:
 
     def boundary(self, n: int) -> bool:
         """Whether something happens after update n (so that it must be read at once)."""
-        cfg = self.cfg
-        return (n >= self.learner.schedule.updates or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
-                or self.save_due(n) or self.learner.schedule.ends_by_time(self.state.deadline, n))
+        cfg, schedule = self.cfg, self.learner.schedule
+        return (n >= schedule.last_update or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
+                or self.save_due(n) or self.state.time_limit.ends_schedule(schedule, n))
 
     # The boundaries.
 
@@ -324,7 +321,7 @@ class Trainer:
         distributed.doing(f"agreeing with the others after update {self.state.updates}")
         main = self.context.is_main  # the main process's stream decides: the shards of an epoch may differ by a batch
         ended, epochs = (float(self.feed.ended_epoch), float(self.feed.epochs)) if main else (0.0, 0.0)
-        seen = [float(received is not None), float(time.monotonic() >= self.state.deadline), ended, epochs]
+        seen = [float(received is not None), float(self.state.time_limit.reached()), ended, epochs]
         signal_seen, time_up, epoch_ended, epochs = distributed.all_sum(seen, self.context)
         if signal_seen:
             self.save(numbered=not self.cfg.checkpoint.by_epochs_alone)

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 from translate import averaging
 from translate.core import paths
 from translate.core.choices import ExportFormat
 from translate.core.config import TranslateConfig
-from translate.core.errors import TranslateError, os_error_in
+from translate.core.errors import TranslateError
 from translate.translator import Translator  # the same loading and checks as decode
 
 log = logging.getLogger("translate.verbs.export")
@@ -34,10 +32,7 @@ def export(cfg: TranslateConfig) -> Path:
     problem = paths.usable_folder(output.parent)
     if problem:
         raise TranslateError(f"export.output {output}: {problem}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.new-", dir=output.parent))
-    staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users
-    try:
+    with paths.atomic_folder(output, "the export") as staging:
         if cfg.export.format == ExportFormat.transformers:
             from translate.formats.transformers import write_transformers
 
@@ -50,14 +45,6 @@ def export(cfg: TranslateConfig) -> Path:
                   "languages": list(translator.languages or []), "specials": translator.vocabulary.specials.as_dict(),
                   "max_source_length": cfg.decode.max_source_length, "lowercase": translator.lowercase}
         (staging / paths.EXPORT_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-        _swap_in(staging, output)
-    except BaseException as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        failed = os_error_in(error)
-        if failed is None:
-            raise
-        before = "the previous export is intact" if output.exists() else "nothing was written"
-        raise TranslateError(f"cannot write the export {output}: {failed.strerror or failed}; {before}") from None
     log.info(f"wrote {output}: {cfg.export.format} model of {source}")
     return output
 
@@ -66,18 +53,3 @@ def _replaceable(folder: Path) -> bool:
     """An empty folder or one of our own previous exports."""
     return folder.is_dir() and (not any(folder.iterdir()) or (folder / paths.EXPORT_MARKER).is_file())
 
-
-def _swap_in(staging: Path, output: Path) -> None:
-    """Replace `output` by the complete `staging` folder with two renames, so that readers see
-    the old export or the new one, never a half-written folder."""
-    if output.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old-", dir=output.parent))
-        output.rename(retired / "export")
-        try:
-            staging.rename(output)
-        except BaseException:
-            (retired / "export").rename(output)  # put the old export back
-            raise
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        staging.rename(output)

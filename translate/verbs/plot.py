@@ -19,7 +19,7 @@ import os
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Tuple
+from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 import torch
@@ -32,9 +32,6 @@ from translate.core.config import PlotConfig, TranslateConfig
 from translate.core.errors import TranslateError
 from translate.data.loading import read_lines
 from translate.translator import Translator
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("translate.verbs.plot")
 

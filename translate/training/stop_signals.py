@@ -1,0 +1,50 @@
+"""Stop signals (preemption, Ctrl-C) turned into a save and a clean exit at the next update:
+the Trainer reads what was received between two updates (Trainer.between_updates)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Dict, List, Optional
+
+
+def stop_signal_numbers() -> List[int]:
+    """SIGTERM, SIGUSR1 and SIGINT (Ctrl-C; torchrun passes it on to each worker); in a
+    submitit task also submitit's warning before SLURM's time limit (SIGUSR2 unless
+    SUBMITIT_PREEMPT_SIGNAL says otherwise; hydra.launcher.signal_delay_s before it), whose
+    own handler would end the task without a save."""
+    numbers = [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT]
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        number = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+        if number is not None and number not in numbers:
+            numbers.append(number)
+    return numbers
+
+
+class StopSignals:
+    """SIGTERM and SIGUSR1 (what SLURM and cloud preemption send) and Ctrl-C ask for a save and
+    a clean exit at the next update (see stop_signal_numbers); a second Ctrl-C exits at once,
+    without saving. The previous handlers come back afterwards."""
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self.previous: Dict[int, object] = {}
+        try:
+            for number in stop_signal_numbers():
+                self.previous[number] = signal.signal(number, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self.close()
+
+    @property
+    def name(self) -> Optional[str]:
+        return signal.Signals(self.received).name if self.received else None
+
+    def _handle(self, number, frame) -> None:
+        if number == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: the user will not wait for the save
+        self.received = number
+
+    def close(self) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
