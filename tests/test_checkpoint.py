@@ -24,10 +24,10 @@ def write_model(path: Path, seed: int, d_model: int = 16, step: int = 1) -> dict
 def test_average_is_the_elementwise_mean(tmp_path):
     payloads = [write_model(tmp_path / f"checkpoint_{i}.pt", seed=i, step=i) for i in (1, 2, 3)]
     averaged = averaging.average([tmp_path / f"checkpoint_{i}.pt" for i in (1, 2, 3)])
-    for name, tensor in averaged["model"].items():
+    for name, tensor in averaged.model.items():
         expected = (payloads[0]["model"][name] + payloads[1]["model"][name] + payloads[2]["model"][name]) / 3
         torch.testing.assert_close(tensor, expected, rtol=1e-6, atol=1e-7)
-    assert averaged["step"] == 3 and len(averaged["averaged"]) == 3
+    assert averaged.step == 3 and len(averaged.averaged) == 3
 
 
 def test_averaging_different_models_fails_clearly(tmp_path):
