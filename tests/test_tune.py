@@ -140,7 +140,7 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     assert chosen is not None and printed[chosen.length_penalty] == max(printed.values())
     assert chosen.split == "validation" and chosen.sentences == 150 and chosen.beam_size == 4
     assert chosen.weights == tuned.identity() and chosen.weights.step > 0 and chosen.command.startswith("translate tune")
-    assert recorded["length_penalty"] == chosen.length_penalty
+    assert recorded["alpha"] == chosen.length_penalty and recorded["weights"]["fingerprint"] == chosen.weights.fingerprint
 
     # Each score is the sacreBLEU of the model's own beam search at that alpha, scored apart.
     import datasets

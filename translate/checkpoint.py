@@ -126,12 +126,8 @@ class Checkpoint:
         """Write atomically and on disk (save)."""
         save(path, self.payload())
 
-    def weights(self) -> "Checkpoint":
-        """What every checkpoint holds, without the state for resuming (a numbered checkpoint)."""
-        return Checkpoint(self.model, self.settings, self.sentencepiece, self.step, specials=self.specials,
-                          languages=self.languages, lowercase=self.lowercase, averaged=self.averaged, path=self.path)
-
     def identity(self) -> Identity:
+        """Which weights these are (Identity), to bind settings chosen for them."""
         digest = hashlib.blake2b(digest_size=8)
         for name in sorted(self.model):
             flat = self.model[name].detach().reshape(-1)
@@ -238,8 +234,8 @@ class GenerationSettings:
         return Path(checkpoint).with_name(Path(checkpoint).name + GENERATION_SUFFIX)
 
     def origin(self) -> str:
-        return (f"chosen by translate tune on {self.sentences:,} sentences of the {self.split} split "
-                f"(beam {self.beam_size}) for {self.weights.describe()}")
+        return (f"chosen by translate tune on {self.sentences:,} sentences of the {self.split} split at beam "
+                f"{self.beam_size}, for {self.weights.describe()}")
 
     def as_dict(self) -> Dict[str, Any]:
         found = asdict(self)

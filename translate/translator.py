@@ -97,7 +97,7 @@ class Translator:
         if self.generation is not None:
             tuned = dataclasses.replace(settings, length_penalty=self.generation.length_penalty)
             return Decoding(tuned, self.generation.origin())
-        return Decoding(settings, "the configuration's (translate tune chose none for these weights)")
+        return Decoding(settings, "the configuration's: translate tune chose none for these weights")
 
     def references(self, lines: Sequence[str]) -> List[str]:
         """References as this model's output is scored against: lowercased for a model of

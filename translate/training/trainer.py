@@ -263,8 +263,8 @@ class Trainer:
         return _every(n, self.cfg.checkpoint.every_steps) or (
             minutes is not None and time.monotonic() - self.state.last_saved >= 60 * minutes)
 
-    def weights(self) -> Checkpoint:
-        """What every checkpoint holds: what decoding needs."""
+    def decodable(self) -> Checkpoint:
+        """What every checkpoint holds (a numbered one nothing else): what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
         return Checkpoint.of_model(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
                                    self.state.updates, lowercase=self.cfg.data.lowercase)
@@ -280,7 +280,7 @@ class Trainer:
         states = resume.gather_process_states(self.context, self.feed.batches)
         if not self.context.is_main:
             return
-        weights, learner, scaler = self.weights(), self.learner, self.learner.precision.scaler
+        weights, learner, scaler = self.decodable(), self.learner, self.learner.precision.scaler
         replace(weights, optimizer=learner.optimizer.state_dict(), scheduler=learner.schedule.state_dict(),
                 config=to_plain(self.cfg), processes=states, valid=self.validator.tracker.state_dict(),
                 skipped_updates=state.skipped, scaler=scaler.state_dict() if scaler is not None else None).save(self.last_path)
@@ -304,7 +304,7 @@ class Trainer:
             if self.last_path.is_file():
                 self.monitor.record(updates, self.state.skipped)
             if result.improved:
-                replace(self.weights(), dev=result.metrics).save(Path(self.cfg.run_dir) / paths.BEST_CHECKPOINT)
+                replace(self.decodable(), dev=result.metrics).save(Path(self.cfg.run_dir) / paths.BEST_CHECKPOINT)
             why = result.stop
         why = distributed.from_main(why, self.context)
         if why is None:

@@ -19,9 +19,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from translate import averaging
 from translate.checkpoint import GenerationSettings
-from translate.core import run_record
+from translate.core import paths, run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import PAPER_LENGTH_PENALTY, TranslateConfig
+from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
 from translate.metrics import corpus_bleu
 from translate.translator import Translator
@@ -30,9 +31,13 @@ log = logging.getLogger("translate.verbs.tune")
 
 
 def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
-    """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
-    (of equal scores, the one nearest the paper's 0.6)."""
+    """Decode the dev split with each alpha; write the one with the best sacreBLEU (of equal
+    scores, the one nearest the paper's 0.6) beside the checkpoint, add it to the run record, and
+    return it."""
     path = averaging.chosen_checkpoint(cfg)
+    problem = paths.usable_folder(path.parent)  # found before the search, not after it
+    if problem:
+        raise TranslateError(f"cannot write the chosen settings beside {path}: {problem}")
     translator = Translator.from_checkpoint(path)
     corpus = load_corpus(cfg.data, cfg.data.valid_split)
     sources, references = corpus.pairs()
@@ -50,7 +55,9 @@ def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
     chosen = GenerationSettings(best["alpha"], cfg.decode.beam_size, translator.identity, split=cfg.data.valid_split,
                                 sentences=len(sources), scores=scores, command=(command or CommandLine("tune")).text())
     log.info(f"wrote {chosen.write(path)}: decode, export and plot of these weights use alpha {best['alpha']}")
-    run_record.record_length_penalty(Path(cfg.run_dir), path, {"checkpoint": str(path), **chosen.as_dict()})
+    entry = {"alpha": best["alpha"], "split": chosen.split, "sentences": chosen.sentences, "checkpoint": str(path),
+             "beam_size": chosen.beam_size, "scores": scores, "command": chosen.command, "weights": chosen.as_dict()["weights"]}
+    run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
     return best["alpha"]
 
 
