@@ -7,9 +7,11 @@ import torch
 
 from tests.conftest import MULTI30K, need, one_line_error, run_cli, small_run
 from translate import averaging, checkpoint
+from translate.checkpoint import Checkpoint
 from translate.core import paths
 from translate.core.config import ModelConfig, to_plain
 from translate.core.errors import TranslateError
+from translate.data.vocabulary import SpecialIds
 from translate.model import Transformer
 
 
@@ -24,10 +26,32 @@ def write_model(path: Path, seed: int, d_model: int = 16, step: int = 1) -> dict
 def test_average_is_the_elementwise_mean(tmp_path):
     payloads = [write_model(tmp_path / f"checkpoint_{i}.pt", seed=i, step=i) for i in (1, 2, 3)]
     averaged = averaging.average([tmp_path / f"checkpoint_{i}.pt" for i in (1, 2, 3)])
-    for name, tensor in averaged["model"].items():
+    for name, tensor in averaged.model.items():
         expected = (payloads[0]["model"][name] + payloads[1]["model"][name] + payloads[2]["model"][name]) / 3
         torch.testing.assert_close(tensor, expected, rtol=1e-6, atol=1e-7)
-    assert averaged["step"] == 3 and len(averaged["averaged"]) == 3
+    assert averaged.step == 3 and len(averaged.averaged) == 3
+
+
+def test_a_checkpoint_saves_the_dict_it_loads(tmp_path):
+    """Checkpoint names the fields of the dict torch.save writes: read and saved again, every
+    kind (numbered, checkpoint_last.pt, checkpoint_best.pt, an average, one from before specials,
+    languages and lowercase were recorded) is the same dict, its keys in the same order."""
+    weights = write_model(tmp_path / "plain.pt", seed=1)  # model, model_config, vocabulary, step only
+    full = {**weights, "specials": {"pad": 0, "unk": 1, "bos": 2, "eos": 3}, "languages": ["en", "de"], "lowercase": False}
+    full = {key: full[key] for key in ("model", "model_config", "vocabulary", "specials", "languages", "step", "lowercase")}
+    last = {**full, "optimizer": {"state": {}}, "scheduler": {"applied": 3}, "config": {"optim": {}}, "processes": [{}],
+            "valid": {"best": None}, "skipped_updates": 0, "scaler": {"scale": 2.0}}
+    average = {**{k: v for k, v in full.items() if k not in ("model", "step")}, "model": full["model"], "step": 3,
+               "averaged": ["a/checkpoint_2.pt", "a/checkpoint_3.pt"]}
+    for name, payload in (("numbered", full), ("last", last), ("best", {**full, "dev": {"bleu": 1.0}}), ("average", average)):
+        checkpoint.save(tmp_path / f"{name}.pt", payload)
+        Checkpoint.load(tmp_path / f"{name}.pt").save(tmp_path / f"{name}.again.pt")
+        again = checkpoint.load(tmp_path / f"{name}.again.pt")
+        assert list(again) == list(payload), name
+        assert all(again[k] == payload[k] for k in payload if k != "model"), name
+    old = Checkpoint.load(tmp_path / "plain.pt")
+    assert (old.special_ids(), old.languages, old.lowercase, old.averaged) == (SpecialIds(), None, False, None)
+    assert Checkpoint.load(tmp_path / "average.again.pt").identity().averaged == ("checkpoint_2.pt", "checkpoint_3.pt")
 
 
 def test_averaging_different_models_fails_clearly(tmp_path):

@@ -442,9 +442,9 @@ def test_padded_vocabulary_equals_unpadded_and_never_predicts_padding():
 
 
 def test_checkpoints_from_before_padding_load_unpadded():
-    from translate import checkpoint
+    from translate.checkpoint import Checkpoint
 
-    cfg = checkpoint.model_config({"model_config": {"d_model": D, "d_ff": FF, "heads": H, "layers": N, "vocab_size": 37}})
+    cfg = Checkpoint({}, {"d_model": D, "d_ff": FF, "heads": H, "layers": N, "vocab_size": 37}, b"", 0).model_config()
     assert cfg.vocab_multiple == 1 and cfg.padded_vocab_size == 37
 
 

@@ -41,14 +41,14 @@ def test_decoding_products_follow_the_instructions_torch_dispatches_to(monkeypat
 def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
     """Translator.from_checkpoint checks the weights by loading them (strictly), and nothing on
     the way imports torch._dynamo (about a second of every decode's start-up): neither loading
-    nor checkpoint.check_weights, which names a bad weight (tests/test_faults.py: each damage
+    nor Checkpoint.check_weights, which names a bad weight (tests/test_faults.py: each damage
     named, through decode and export) and checks every resume and average."""
     path = run_dir_of(trained_run) / "checkpoint_last.pt"
     code = (
         "import sys; from pathlib import Path; from translate.translator import Translator\n"
         f"t = Translator.from_checkpoint(Path({str(path)!r}))\n"
-        "from translate import checkpoint\n"
-        "checkpoint.check_weights(Path('x'), t.model.state_dict(), t.model.cfg)\n"
+        "from translate.checkpoint import Checkpoint\n"
+        "Checkpoint(t.model.state_dict(), {}, b'', 0, path=Path('x')).check_weights(t.model.cfg)\n"
         "print(t.translate(['A man is walking.'])[0]); print('torch._dynamo' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -58,7 +58,7 @@ def test_a_checkpoint_loads_and_translates_without_torchs_compiler(trained_run):
 
 
 def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(trained_run, tmp_path):
-    """A checkpoint records data.lowercase (checkpoint.weights); its Translator then lowercases
+    """A checkpoint records data.lowercase (Checkpoint.lowercase); its Translator then lowercases
     every source before encoding it, and decode and tune score it against lowercased references,
     so they need no setting to match the training text. Averaging keeps the record."""
     path = run_dir_of(trained_run) / "checkpoint_last.pt"
@@ -71,7 +71,7 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(traine
     sentence = "A MAN Is Walking."
     assert lowering.encode_sources([sentence], 100) == cased.encode_sources([sentence.lower()], 100)
     assert cased.encode_sources([sentence], 100) != cased.encode_sources([sentence.lower()], 100)
-    assert averaging.average([lowered, lowered])["lowercase"] is True
+    assert averaging.average([lowered, lowered]).lowercase is True
     assert lowering.references(["Ein Hund LÄUFT"]) == ["ein hund läuft"] and cased.references(["Ein Hund"]) == ["Ein Hund"]
     # decode scores such a model against lowercased references, though data.lowercase is unset here
     output = tmp_path / "out.de"

@@ -1,5 +1,5 @@
-"""The length penalty chosen on the dev split (translate.verbs.tune): what it records, and that decode
-then uses it unless told otherwise."""
+"""The length penalty chosen on the dev split (translate.verbs.tune): what it writes beside the
+checkpoint, and that decode, export and plot of those weights then use it unless told otherwise."""
 
 import json
 import logging
@@ -9,11 +9,15 @@ from pathlib import Path
 
 import sacrebleu
 
+import pytest
+import torch
+
 from tests.conftest import MULTI30K, run_cli, run_dir_of
-from translate import checkpoint
-from translate.core import run_record
-from translate.core.config import DecodeConfig
-from translate.hydra_cli import load_config
+from translate.checkpoint import Checkpoint, GenerationSettings, Identity
+from translate.core.command_line import CommandLine
+from translate.core.config import DecodeConfig, ModelConfig, to_plain
+from translate.core.errors import TranslateError
+from translate.model import Transformer
 from translate.translator import Translator
 
 
@@ -24,80 +28,105 @@ def copy_of(trained_run, tmp_path):
     return [o for o in trained_run if not o.startswith("run_dir=")] + [f"run_dir={run_dir}"], run_dir
 
 
-def test_the_paper_alpha_without_a_choice_and_the_recorded_one_with_it(tmp_path):
-    assert run_record.chosen_length_penalty(tmp_path, tmp_path / "checkpoint_last.pt") is None
-    assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 0.6
-    run_record.save(tmp_path, {run_record.LENGTH_PENALTY: {"alpha": 1.2}})
-    assert load_config("decode", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
-    assert load_config("export", [f"run_dir={tmp_path}"]).decode.length_penalty == 1.2
-    # Told otherwise on the command line, even to the paper's value:
-    assert load_config("decode", [f"run_dir={tmp_path}", "decode.length_penalty=0.6"]).decode.length_penalty == 0.6
+def write_weights(path: Path, seed: int, step: int, **fields) -> Checkpoint:
+    """A small checkpoint of a model initialized from `seed`."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=16, d_ff=32, heads=2, layers=1, vocab_size=30)
+    written = Checkpoint(Transformer(cfg).state_dict(), to_plain(cfg), b"spm", step, **fields)
+    written.save(path)
+    return written
 
 
-def test_each_checkpoint_decodes_with_the_alpha_tuned_for_it(tmp_path, caplog):
-    """A tune of one checkpoint leaves another's alpha alone; a checkpoint never tuned decodes
-    with the preset's (the paper's 0.6 here), and the record's last entry is the last tune."""
-    for step in (2, 4):
-        (tmp_path / f"checkpoint_{step}.pt").write_bytes(b"")
-    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_average.pt", {"alpha": 1.2})
-    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_4.pt", {"alpha": 2.0})
-
-    def alpha(*overrides):
-        return load_config("decode", [f"run_dir={tmp_path}", *overrides]).decode.length_penalty
-
-    assert alpha("checkpoint.average_last=2") == 1.2  # decode reads the average by default
-    assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_4.pt'}") == 2.0
-    with caplog.at_level(logging.WARNING, logger="translate"):
-        assert alpha(f"decode.checkpoint={tmp_path / 'checkpoint_2.pt'}") == 0.6
-    assert "for checkpoint_4.pt, checkpoint_average.pt" in caplog.text and "not for checkpoint_2.pt" in caplog.text
-    assert alpha("checkpoint.average_last=0") == 0.6  # checkpoint_last.pt: never tuned
-    assert run_record.load(tmp_path)["length_penalty"]["alpha"] == 2.0
-    assert run_record.tuned_checkpoints(tmp_path) == ["checkpoint_4.pt", "checkpoint_average.pt"]
+def test_the_configurations_alpha_without_a_choice_the_tuned_one_with_it_the_command_lines_above_both():
+    """Translator.decoding: the preset's (here the paper's 0.6) for weights tune chose none for,
+    tune's for the weights it chose one for, and decode.length_penalty given on the command line,
+    even the paper's value, above it."""
+    tuned = GenerationSettings(1.2, 4, Identity(3), split="validation", sentences=10)
+    plain, chosen = Translator(None, None), Translator(None, None, generation=tuned)
+    assert plain.decoding(DecodeConfig()).settings.length_penalty == 0.6
+    assert chosen.decoding(DecodeConfig()).settings.length_penalty == 1.2
+    assert "chosen by translate tune on 10 sentences of the validation split" in chosen.decoding(DecodeConfig())[1]
+    told = CommandLine.of("decode", ["decode.length_penalty=0.6"])
+    assert chosen.decoding(DecodeConfig(), told) == (DecodeConfig(), "given on the command line")
+    assert chosen.decoding(DecodeConfig(), CommandLine.of("decode", ["decode.beam_size=2"])).settings.length_penalty == 1.2
 
 
 def test_an_alpha_tuned_on_other_weights_than_the_path_holds_now_is_not_used(tmp_path, caplog):
-    """tune records which weights it tuned (the update, the checkpoints averaged); the same path
-    holding others later (an average rebuilt from newer checkpoints, a checkpoint_last.pt trained
-    on) decodes with the preset's alpha and says why. A copy of the run keeps its alphas."""
-    import os
-
-    import torch
-
+    """tune binds its choice to the weights it tuned (the update, the checkpoints averaged, a hash
+    of the weights); the same path holding others later (an average rebuilt from newer
+    checkpoints, a checkpoint_last.pt trained on, another run's at the same update) decodes with
+    the preset's alpha and says why. A copy of the run keeps its alphas."""
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    average = write_weights(run_dir / "checkpoint_average.pt", 1, 4, averaged=[str(run_dir / f"checkpoint_{s}.pt") for s in (2, 4)])
+    last = write_weights(run_dir / "checkpoint_last.pt", 2, 4)
+    GenerationSettings(1.2, 4, average.identity()).write(run_dir / "checkpoint_average.pt")
+    GenerationSettings(2.0, 4, last.identity()).write(run_dir / "checkpoint_last.pt")
 
-    def write(name, step, when, **extra):
-        torch.save({"step": step, **extra}, run_dir / name)
-        os.utime(run_dir / name, (when, when))
+    def alpha(path):
+        tuned = Checkpoint.load(path).generation()
+        return None if tuned is None else tuned.length_penalty
 
-    write("checkpoint_2.pt", 2, 1000)
-    write("checkpoint_4.pt", 4, 1001)
-    write("checkpoint_average.pt", 4, 1002, averaged=[str(run_dir / "checkpoint_2.pt"), str(run_dir / "checkpoint_4.pt")])
-    write("checkpoint_last.pt", 4, 1001)
-    for name, alpha in (("checkpoint_average.pt", 1.2), ("checkpoint_last.pt", 2.0)):
-        run_record.record_length_penalty(run_dir, run_dir / name, {"alpha": alpha, "weights": checkpoint.identity(run_dir / name)})
-
-    def alpha(folder, *overrides):
-        return load_config("decode", [f"run_dir={folder}", *overrides]).decode.length_penalty
-
-    assert alpha(run_dir, "checkpoint.average_last=2") == 1.2
-    assert alpha(run_dir, "checkpoint.average_last=0") == 2.0
+    assert alpha(run_dir / "checkpoint_average.pt") == 1.2 and alpha(run_dir / "checkpoint_last.pt") == 2.0
     copy = tmp_path / "copy"
-    shutil.copytree(run_dir, copy, copy_function=shutil.copyfile)  # new modification times, same weights
-    assert alpha(copy, "checkpoint.average_last=2") == 1.2 and alpha(copy, "checkpoint.average_last=0") == 2.0
+    shutil.copytree(run_dir, copy)
+    assert alpha(copy / "checkpoint_average.pt") == 1.2 and alpha(copy / "checkpoint_last.pt") == 2.0
 
-    write("checkpoint_6.pt", 6, 1003)  # trained on: decode rebuilds the average from 4 and 6
-    write("checkpoint_last.pt", 6, 1003)
+    write_weights(run_dir / "checkpoint_average.pt", 1, 6, averaged=[str(run_dir / f"checkpoint_{s}.pt") for s in (4, 6)])
+    write_weights(run_dir / "checkpoint_last.pt", 2, 6)  # trained on
     with caplog.at_level(logging.WARNING, logger="translate"):
-        assert alpha(run_dir, "checkpoint.average_last=2") == 0.6
-        assert alpha(run_dir, "checkpoint.average_last=0") == 0.6
+        assert alpha(run_dir / "checkpoint_average.pt") is None and alpha(run_dir / "checkpoint_last.pt") is None
     assert ("alpha 1.2 for checkpoint_average.pt when it held update 4, the mean of checkpoint_2.pt .. checkpoint_4.pt; "
-            "it holds update 6, the mean of checkpoint_4.pt .. checkpoint_6.pt now") in caplog.text
+            "it holds update 6, the mean of checkpoint_4.pt .. checkpoint_6.pt now: not used") in caplog.text
     assert "alpha 2.0 for checkpoint_last.pt when it held update 4; it holds update 6 now" in caplog.text
+    write_weights(copy / "checkpoint_last.pt", 3, 4)  # another model's weights at the same update
+    assert alpha(copy / "checkpoint_last.pt") is None
     # An average of the same checkpoints as the one tuned, however built, keeps its alpha.
-    write("checkpoint_average.pt", 4, 1004, averaged=[str(tmp_path / "elsewhere" / n) for n in ("checkpoint_2.pt", "checkpoint_4.pt")])
-    os.remove(run_dir / "checkpoint_6.pt")
-    assert alpha(run_dir, "checkpoint.average_last=2") == 1.2
+    write_weights(run_dir / "checkpoint_average.pt", 1, 4, averaged=[str(tmp_path / "elsewhere" / f"checkpoint_{s}.pt") for s in (2, 4)])
+    assert alpha(run_dir / "checkpoint_average.pt") == 1.2
+
+
+def test_damaged_tuned_settings_are_one_line(tmp_path):
+    write_weights(tmp_path / "checkpoint_last.pt", 1, 4)
+    GenerationSettings.beside(tmp_path / "checkpoint_last.pt").write_text("{", encoding="utf-8")
+    with pytest.raises(TranslateError, match=r"checkpoint_last.pt.generation.json cannot be read .*translate tune again"):
+        Checkpoint.load(tmp_path / "checkpoint_last.pt").generation()
+
+
+def test_export_and_plot_use_the_alpha_tuned_for_the_checkpoint_they_read(trained_run, tmp_path):
+    """Two checkpoints tuned to different alphas: exporting and plotting the one decode would not
+    choose (export.checkpoint, plot.checkpoint) carries its own alpha, not that of the one decode
+    reads, nor the preset's."""
+    from translate.hydra_cli import load_config
+    from translate.verbs import plot
+
+    overrides, run_dir = copy_of(trained_run, tmp_path)
+    other = run_dir / "checkpoint_other.pt"
+    shutil.copyfile(run_dir / "checkpoint_last.pt", other)
+    fast = ["tune.sentences=8", "tune.extend_to=0"]
+    run_cli("tune", *overrides, *fast, "tune.alphas=[0.3]", check=True)  # decode's: checkpoint_last.pt
+    run_cli("tune", *overrides, *fast, "tune.alphas=[1.7]", f"decode.checkpoint={other}", check=True)
+
+    run_cli("export", *overrides, "export.format=transformers", f"export.checkpoint={other}",
+            f"export.output={tmp_path / 'hf'}", check=True)
+    assert json.loads((tmp_path / "hf" / "generation_config.json").read_text())["length_penalty"] == 1.7
+    assert "length penalty 1.7 (chosen by translate tune" in (tmp_path / "hf" / "README.md").read_text()
+    run_cli("export", *overrides, f"export.output={tmp_path / 'ct2'}", check=True)  # decode's checkpoint
+    assert "`length_penalty=0.3` (chosen by translate tune" in (tmp_path / "ct2" / "README.md").read_text()
+
+    searched = []
+    original = Translator.search
+
+    def spy(self, sentences, settings=None, first_line=1):
+        searched.append(settings.length_penalty)
+        return original(self, sentences, settings, first_line)
+
+    output = tmp_path / "attention.png"
+    cfg = load_config("plot", overrides + [f"plot.checkpoint={other}", f"plot.output={output}", "decode.max_len_b=5"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Translator, "search", spy)
+        plot.plot(cfg)
+    assert searched == [1.7]
+    assert json.loads(output.with_suffix(".json").read_text())["length_penalty"] == 1.7
 
 
 def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
@@ -105,10 +134,13 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     result = run_cli("tune", *overrides, "tune.alphas=[0.0,2.5]", "tune.sentences=150", check=True)
     printed = {float(a): float(b) for a, b in re.findall(r"alpha ([\d.]+): sacreBLEU ([\d.]+)", result.stdout)}
     assert set(printed) == {0.0, 2.5}, result.stdout
-    chosen = json.loads((run_dir / "run_record.json").read_text())["length_penalty"]
-    assert printed[chosen["alpha"]] == max(printed.values())
-    assert chosen["split"] == "validation" and chosen["sentences"] == 150
-    assert chosen["weights"]["step"] == checkpoint.load(Path(chosen["checkpoint"]))["step"] > 0  # what it tuned
+    recorded = json.loads((run_dir / "run_record.json").read_text())["length_penalty"]  # the history
+    tuned = Checkpoint.load(Path(recorded["checkpoint"]))  # decode's: the average (config=tiny)
+    chosen = tuned.generation()  # beside the checkpoint, bound to the weights it tuned
+    assert chosen is not None and printed[chosen.length_penalty] == max(printed.values())
+    assert chosen.split == "validation" and chosen.sentences == 150 and chosen.beam_size == 4
+    assert chosen.weights == tuned.identity() and chosen.weights.step > 0 and chosen.command.startswith("translate tune")
+    assert recorded["alpha"] == chosen.length_penalty and recorded["weights"]["fingerprint"] == chosen.weights.fingerprint
 
     # Each score is the sacreBLEU of the model's own beam search at that alpha, scored apart.
     import datasets
@@ -122,7 +154,7 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     sentences = tmp_path / "in.en"
     sentences.write_text("A dog runs.\n")
     plain = run_cli("decode", *overrides, f"decode.input={sentences}", check=True)
-    assert f"alpha {chosen['alpha']})" in plain.stderr
+    assert f"alpha {chosen.length_penalty})" in plain.stderr
     told = run_cli("decode", *overrides, f"decode.input={sentences}", "decode.length_penalty=0.6", check=True)
     assert "alpha 0.6)" in told.stderr
 

@@ -8,37 +8,34 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import List
 
 import torch
 
-from translate import checkpoint
+from translate.checkpoint import Checkpoint
 from translate.core import paths
 from translate.core.config import TranslateConfig
 from translate.core.errors import MissingCheckpoint, TranslateError
-from translate.data.vocabulary import SpecialIds
 
 log = logging.getLogger(__name__)
 
 
-def average(sources: List[Path]) -> Dict[str, Any]:
+def average(sources: List[Path]) -> Checkpoint:
     """Element-wise mean of the weights of checkpoints of one model (paper, section 6.1)."""
     if not sources:
         raise TranslateError("no checkpoints to average")
-    payloads = [checkpoint.load(path) for path in sources]
-    first, first_cfg = payloads[0], checkpoint.model_config(payloads[0], sources[0])
-    checkpoint.check_weights(sources[0], first["model"], first_cfg)
-    for path, payload in zip(sources[1:], payloads[1:]):
-        checkpoint.check_same_model(path, payload, first_cfg, first["vocabulary"], SpecialIds.from_dict(first.get("specials")),
-                         f"it cannot be averaged with {sources[0]}")
-        checkpoint.check_weights(path, payload["model"], first_cfg)
+    loaded = [Checkpoint.load(path) for path in sources]
+    first, first_cfg = loaded[0], loaded[0].model_config()
+    first.check_weights(first_cfg)
+    for other in loaded[1:]:
+        other.check_same_model(first_cfg, first.sentencepiece, first.special_ids(), f"it cannot be averaged with {sources[0]}")
+        other.check_weights(first_cfg)
     mean = {}
-    for name, tensor in first["model"].items():
-        stacked = torch.stack([p["model"][name].to(torch.float64) for p in payloads])
+    for name, tensor in first.model.items():
+        stacked = torch.stack([c.model[name].to(torch.float64) for c in loaded])
         mean[name] = stacked.mean(dim=0).to(tensor.dtype)
-    result = {key: first[key] for key in ("model_config", "vocabulary", "specials", "languages", "lowercase") if key in first}
-    result.update(model=mean, step=payloads[-1]["step"], averaged=[str(p) for p in sources])
-    return result
+    return Checkpoint(mean, first.settings, first.sentencepiece, loaded[-1].step, specials=first.specials,
+                      languages=first.languages, lowercase=first.lowercase, averaged=[str(p) for p in sources])
 
 
 def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
@@ -56,7 +53,7 @@ def average_last(run_dir: Path, count: int, tries: int = 3) -> Path:
             if attempt == tries - 1:
                 raise
     destination = run_dir / paths.AVERAGE_CHECKPOINT
-    checkpoint.save(destination, averaged)
+    averaged.save(destination)
     log.info(f"wrote {destination}: the mean of {len(sources)} checkpoints ({sources[0].name} .. {sources[-1].name})")
     return destination
 
@@ -74,7 +71,7 @@ def chosen_checkpoint(cfg: TranslateConfig) -> Path:
     preset averages (checkpoint.average_last), the average of run_dir's last numbered
     checkpoints, (re)built first when they are newer than it, so that train, decode, bleu need
     no extra step; else (or with nothing to average) the last checkpoint train wrote."""
-    path = paths.decoded_checkpoint(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
+    path = paths.checkpoint_to_translate(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
     if cfg.decode.checkpoint or path.name != paths.AVERAGE_CHECKPOINT:
         return path
     if _stale(path, paths.numbered_checkpoints(Path(cfg.run_dir))):
@@ -85,18 +82,3 @@ def chosen_checkpoint(cfg: TranslateConfig) -> Path:
 def _stale(average: Path, sources: List[Path]) -> bool:
     """An average to (re)build: there is something to average, and no average or an older one."""
     return bool(sources) and (not average.is_file() or _modified(sources[-1]) > _modified(average))
-
-
-def decoded_identity(cfg: TranslateConfig) -> Optional[Dict[str, Any]]:
-    """What the checkpoint that chosen_checkpoint picks holds (checkpoint.identity), without
-    building it: for an average it is about to rebuild, the update and names of the checkpoints
-    it will average. tune records it with the alpha, so that decode can tell an alpha tuned on
-    other weights at the same path (a rebuilt average, a checkpoint_last.pt trained on)."""
-    path = paths.decoded_checkpoint(Path(cfg.run_dir), cfg.decode.checkpoint, cfg.checkpoint.average_last)
-    if not cfg.decode.checkpoint and path.name == paths.AVERAGE_CHECKPOINT:
-        sources = paths.numbered_checkpoints(Path(cfg.run_dir))
-        if _stale(path, sources):
-            sources = sources[-cfg.checkpoint.average_last:]
-            last = checkpoint.identity(sources[-1])
-            return None if last is None else {"step": last["step"], "averaged": [s.name for s in sources]}
-    return checkpoint.identity(path)

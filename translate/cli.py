@@ -33,7 +33,6 @@ from translate.hydra_cli import (
     sweep_overrides,
     to_typed,
     with_overrides,
-    with_tuned_length_penalty,
 )
 
 # verb -> (module:function, one-line help). Modules are imported only when their verb runs,
@@ -120,15 +119,12 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name=config_name(verb), version_base="1.3")
     def task(cfg: DictConfig) -> None:
-        from hydra.core.hydra_config import HydraConfig
-
         try:
             typed = to_typed(cfg)
         except TranslateError as error:
             print(f"translate {verb}: error: {error}", file=sys.stderr)
             sys.exit(1)
         typed.run_dir = job_run_dir(typed.run_dir)
-        typed = with_tuned_length_penalty(typed, list(HydraConfig.get().overrides.task), verb)
         code = run_verb(verb, typed, CommandLine.of(verb, given))
         if code:
             sys.exit(code)

@@ -10,7 +10,6 @@ Multirun (`-m`): every job of a sweep gets its own run_dir, `<run_dir>/<its swep
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import warnings
@@ -20,14 +19,12 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from translate.core import paths, run_record
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError
 from translate.core.paths import PROJECT_ROOT, usable_folder
 from translate.data.loading import if_local, local_or_hub
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
-log = logging.getLogger("translate")
 
 
 def job_name(verb: str) -> List[str]:
@@ -83,39 +80,6 @@ def register() -> None:
     ConfigStore.instance().store(name="translate_schema", node=TranslateConfig)
 
 
-def with_tuned_length_penalty(cfg: TranslateConfig, overrides: List[str], verb: str = "decode") -> TranslateConfig:
-    """decode.length_penalty as the command line gives it; else the alpha `translate tune` chose
-    on the dev split for the checkpoint this verb reads (run_dir's record keeps one for each
-    checkpoint tuned), while that path holds the weights tune decoded; else the preset's, or the
-    schema's (the paper's 0.6). decode and export say so when tune chose alphas for other
-    checkpoints of the run, or for other weights at this path, but not these."""
-    if any(o.lstrip("+~").split("=", 1)[0] == "decode.length_penalty" for o in overrides):
-        return cfg
-    run_dir = Path(cfg.run_dir)
-    checkpoint = paths.decoded_checkpoint(run_dir, cfg.decode.checkpoint, cfg.checkpoint.average_last)
-    entry = run_record.tuned_entry(run_dir, checkpoint)
-    if entry is not None and entry.get("weights"):
-        from translate import averaging, checkpoint as checkpoints  # torch: only for runs tune has recorded weights of
-
-        now = averaging.decoded_identity(cfg)
-        if now is not None and now != entry["weights"]:
-            if verb in ("decode", "export"):
-                log.warning(f"translate tune chose alpha {entry['alpha']} for {run_record.checkpoint_key(run_dir, checkpoint)} "
-                            f"when it held {checkpoints.describe_identity(entry['weights'])}; it holds "
-                            f"{checkpoints.describe_identity(now)} now: alpha {cfg.decode.length_penalty} "
-                            "(translate tune again chooses one for these weights)")
-            return cfg
-    if entry is not None:
-        cfg.decode.length_penalty = float(entry["alpha"])
-    elif verb in ("decode", "export"):
-        tuned = run_record.tuned_checkpoints(run_dir)
-        if tuned:
-            log.warning(f"translate tune chose a length penalty for {', '.join(tuned)} in {run_dir}, not for "
-                        f"{run_record.checkpoint_key(run_dir, checkpoint)}: alpha {cfg.decode.length_penalty} "
-                        "(translate tune with the same checkpoint chooses one)")
-    return cfg
-
-
 def to_typed(cfg: DictConfig) -> TranslateConfig:
     """Resolve interpolations and build the dataclass tree; bad values become TranslateError."""
     try:
@@ -153,7 +117,7 @@ def load_config(verb: str, overrides: List[str]) -> TranslateConfig:
     HydraConfig.instance().set_config(cfg)  # the ${hydra:...} resolver reads it
     with open_dict(cfg):
         del cfg["hydra"]
-    return with_tuned_length_penalty(to_typed(cfg), overrides, verb)
+    return to_typed(cfg)
 
 
 def _one_line(error: Exception) -> str:

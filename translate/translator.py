@@ -5,6 +5,7 @@ all translate through it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -12,12 +13,13 @@ import math
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from translate import checkpoint
+from translate.checkpoint import Checkpoint, GenerationSettings, Identity
+from translate.core.command_line import CommandLine
 from translate.core.choices import Positions, Precision
 from translate.core.config import DecodeConfig
 from translate.core.errors import TranslateError
@@ -49,6 +51,13 @@ def decoding_products() -> Tuple[bool, bool]:
     return capability in ("AVX2", "AVX512"), capability == "AVX512"
 
 
+class Decoding(NamedTuple):
+    """Settings to translate with, and where their length penalty came from (said in exports)."""
+
+    settings: DecodeConfig
+    length_penalty_origin: str
+
+
 @dataclass
 class Translator:
     """A trained model with its vocabulary, ready to translate sentences."""
@@ -58,25 +67,38 @@ class Translator:
     languages: Optional[List[str]] = None  # [src_lang, tgt_lang] the model was trained on
     lowercase: bool = False  # trained on lowercased text (data.lowercase): sources are lowercased too
 
+    identity: Optional[Identity] = None  # which weights a checkpoint gave it
+    generation: Optional[GenerationSettings] = None  # what translate tune chose for these weights, if anything
+
     @classmethod
     def from_checkpoint(cls, path: Path) -> "Translator":
+        """The checkpoint's model and vocabulary, and the settings tune chose for its weights."""
         keep_freed_memory()  # each step's (hypotheses, V) log-probs reused, not faulted in afresh
-        payload = checkpoint.load(path)
-        model_cfg = checkpoint.model_config(payload, path)
-        vocabulary = checkpoint.vocabulary(payload, path)
+        saved = Checkpoint.load(path)
+        model_cfg, vocabulary = saved.model_config(), saved.vocabulary()
         if len(vocabulary) != model_cfg.vocab_size:
             raise TranslateError(f"{path}: vocabulary has {len(vocabulary)} ids but the model {model_cfg.vocab_size}")
         model = Transformer(model_cfg, pad_id=vocabulary.specials.pad)
         try:  # strict: every name, no other, each of the model's shape
-            model.load_state_dict(payload["model"])
+            model.load_state_dict(saved.model)
         except (RuntimeError, TypeError, AttributeError) as error:
-            # check_weights names the weight at fault (it builds a second model for the shapes).
-            checkpoint.check_weights(path, payload["model"], model_cfg)
+            saved.check_weights(model_cfg)  # names the weight at fault (it builds a second model for the shapes)
             raise TranslateError(f"{path}: its weights do not fit its model settings: {error}") from None
         model.eval()
         output, layers = decoding_products()
         model.prepack_products(output=output, layers=layers)
-        return cls(model, vocabulary, payload.get("languages"), bool(payload.get("lowercase", False)))
+        return cls(model, vocabulary, saved.languages, saved.lowercase, saved.identity(), saved.generation())
+
+    def decoding(self, settings: DecodeConfig, command: Optional[CommandLine] = None) -> Decoding:
+        """The settings to translate with: decode.length_penalty as the command line gives it;
+        else the alpha translate tune chose for these weights; else the configuration's (the
+        preset's, or the paper's 0.6)."""
+        if command is not None and command.sets("decode.length_penalty"):
+            return Decoding(settings, "given on the command line")
+        if self.generation is not None:
+            tuned = dataclasses.replace(settings, length_penalty=self.generation.length_penalty)
+            return Decoding(tuned, self.generation.origin())
+        return Decoding(settings, "the configuration's: translate tune chose none for these weights")
 
     def references(self, lines: Sequence[str]) -> List[str]:
         """References as this model's output is scored against: lowercased for a model of

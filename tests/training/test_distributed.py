@@ -37,11 +37,11 @@ def test_two_processes_equal_one_process_with_accumulation(tmp_path):
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
     # The updates were substantial: the weights moved well beyond the tolerance.
     from translate.model import Transformer
-    from translate.checkpoint import model_config
+    from translate.checkpoint import Checkpoint
 
     torch.manual_seed(1)
     payload = torch.load(tmp_path / "one" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
-    initial = Transformer(model_config(payload)).state_dict()
+    initial = Transformer(Checkpoint.from_payload(payload).model_config()).state_dict()
     moved = max((a[n] - initial[n]).abs().max().item() for n in a)
     assert moved > 1e-2
 

@@ -167,12 +167,14 @@ def test_a_linear_decay_resumed_with_another_max_steps_is_refused(tmp_path):
     from translate.core.choices import Decay
     from translate.core.config import OptimConfig, to_plain
     from translate.core.errors import TranslateError
+    from translate.checkpoint import Checkpoint
     from translate.training.resume import check_same_settings
 
+    def trained(optim):
+        return Checkpoint({}, {}, b"", 5, config={"optim": to_plain(optim), "train": {"max_steps": 100}}, path=tmp_path)
+
     linear = OptimConfig(decay=Decay.linear)
-    payload = {"config": {"optim": to_plain(linear), "train": {"max_steps": 100}}}
-    check_same_settings(tmp_path, payload, linear, 100)
+    check_same_settings(trained(linear), linear, 100)
     with pytest.raises(TranslateError, match=r"train.max_steps=200 \(saved: 100, where optim.decay=linear ends\)"):
-        check_same_settings(tmp_path, payload, linear, 200)
-    paper = {"config": {"optim": to_plain(OptimConfig()), "train": {"max_steps": 100}}}
-    check_same_settings(tmp_path, paper, OptimConfig(), 200)
+        check_same_settings(trained(linear), linear, 200)
+    check_same_settings(trained(OptimConfig()), OptimConfig(), 200)

@@ -45,8 +45,8 @@ def numbered_checkpoints(run_dir: Path) -> List[Path]:
     return [p for _, p in sorted(found)]
 
 
-def decoded_checkpoint(run_dir: Path, given: Optional[str], average_last: int) -> Path:
-    """The checkpoint decode, tune and export read (averaging.chosen_checkpoint, which first
+def checkpoint_to_translate(run_dir: Path, given: Optional[str], average_last: int) -> Path:
+    """The checkpoint decode, tune, plot and export read (averaging.chosen_checkpoint, which first
     builds the average where it is stale): the one given; else, where the preset averages and
     there is something to average (or an average already), the average; else the last one."""
     if given:

@@ -78,37 +78,12 @@ def checkpoint_key(run_dir: Path, checkpoint: Path) -> str:
 
 
 def record_length_penalty(run_dir: Path, checkpoint: Path, entry: Dict[str, Any]) -> None:
-    """tune's choice for one checkpoint: kept beside those of the others (a tune of another
-    checkpoint does not change what this one decodes with)."""
+    """tune's choice for one checkpoint, for the run's history: its last entry, and each
+    checkpoint's. What decode uses travels with the weights (checkpoint.GenerationSettings)."""
     record = load(run_dir)
     record[LENGTH_PENALTY] = entry
     record.setdefault(LENGTH_PENALTIES, {})[checkpoint_key(run_dir, checkpoint)] = entry
     save(run_dir, record)
-
-
-def tuned_entry(run_dir: Path, checkpoint: Path) -> Optional[Dict[str, Any]]:
-    """`translate tune`'s entry for this checkpoint of run_dir (its alpha, and since entries
-    name them, the weights it was tuned on); None where it tuned none for it. A record from
-    before tune kept one per checkpoint holds one entry: it stands for any."""
-    record = load(Path(run_dir))
-    if LENGTH_PENALTIES in record:
-        entry = record[LENGTH_PENALTIES].get(checkpoint_key(run_dir, checkpoint))
-    else:
-        entry = record.get(LENGTH_PENALTY)
-    return entry if isinstance(entry, dict) and isinstance(entry.get("alpha"), (int, float)) else None
-
-
-def chosen_length_penalty(run_dir: Path, checkpoint: Path) -> Optional[float]:
-    """The alpha `translate tune` chose for this checkpoint of run_dir; None where it chose none
-    for it (decode then uses the preset's, or the paper's 0.6: hydra_cli.with_tuned_length_penalty,
-    which also refuses an alpha tuned on other weights than the path holds now)."""
-    entry = tuned_entry(run_dir, checkpoint)
-    return None if entry is None else float(entry["alpha"])
-
-
-def tuned_checkpoints(run_dir: Path) -> List[str]:
-    """The checkpoints tune has chosen an alpha for, as the record names them."""
-    return sorted(load(Path(run_dir)).get(LENGTH_PENALTIES, {}))
 
 
 def run_dirs(folders: List[str]) -> List[Path]:

@@ -21,6 +21,7 @@ from translate.core.config import DecodeConfig
 from translate.core.errors import TranslateError
 from translate.core.paths import EXPORT_MARKER
 from translate.data.vocabulary import SpecialIds, Vocabulary
+from translate.translator import Decoding
 
 SENTENCEPIECE = "sentencepiece.model"
 POSITIONS = 2048  # rows of the exported position table at least: CTranslate2 cannot grow it as we do
@@ -31,8 +32,9 @@ def positions(decode: DecodeConfig) -> int:
     return max(POSITIONS, decode.positions())
 
 
-def write_ctranslate2(translator, folder: Path, decode: DecodeConfig) -> None:
-    """Fill CTranslate2's TransformerSpec from our model and save it into `folder`."""
+def write_ctranslate2(translator, folder: Path, decoding: Decoding) -> None:
+    """Fill CTranslate2's TransformerSpec from our model and save it into `folder`, with a
+    README.md that states the decode settings to translate with (`decoding`)."""
     try:
         import ctranslate2.specs as specs
     except ImportError:
@@ -47,7 +49,7 @@ def write_ctranslate2(translator, folder: Path, decode: DecodeConfig) -> None:
     spec = specs.TransformerSpec.from_config(
         cfg.layers, cfg.heads, pre_norm=cfg.norm == Norm.pre, activation=specs.Activation.RELU
     )
-    _fill_embeddings(spec, weights, cfg, positions(decode))
+    _fill_embeddings(spec, weights, cfg, positions(decoding.settings))
     _fill_layers(spec, weights)
     if cfg.norm == Norm.pre:  # the final LayerNorm of each stack
         for stack, name in ((spec.encoder, "encoder_norm"), (spec.decoder, "decoder_norm")):
@@ -57,6 +59,17 @@ def write_ctranslate2(translator, folder: Path, decode: DecodeConfig) -> None:
     spec.optimize(quantization=None)  # no quantization; stores the shared embedding once
     spec.save(str(folder))
     (folder / SENTENCEPIECE).write_bytes(translator.vocabulary.model_bytes)
+    (folder / "README.md").write_text(readme(decoding), encoding="utf-8")
+
+
+def readme(decoding: Decoding) -> str:
+    """What a user of the folder needs beyond CTranslate2's files: the decode settings."""
+    d = decoding.settings
+    return (f"# A translate model for CTranslate2\n\nTranslate with `beam_size={d.beam_size}` and "
+            f"`length_penalty={d.length_penalty}` ({decoding.length_penalty_origin}), on the pieces of "
+            f"`{SENTENCEPIECE}` (`translate.formats.ctranslate2.ctranslate2_translate` frames them as translate "
+            "does). CTranslate2 divides by length ** length_penalty, translate by GNMT's ((5 + length) / 6) ** alpha: "
+            "beam outputs may differ.\n")
 
 
 def _fill_embeddings(spec, weights: Dict[str, np.ndarray], cfg, position_rows: int) -> None:

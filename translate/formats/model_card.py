@@ -38,9 +38,11 @@ def _training_lines(record: Dict[str, Any]) -> List[str]:
 
 
 def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabulary_size: int, parameters: int,
-               decode: DecodeConfig, *, longest_source: int, lowercase: bool = False) -> str:
+               decode: DecodeConfig, *, longest_source: int, lowercase: bool = False,
+               length_penalty_origin: str = "the configuration's") -> str:
     """Markdown: languages, data, vocabulary, model, training, scores, the commands that
-    reproduce the run, and how to load the folder."""
+    reproduce the run, how to load the folder, and the decode settings generate() defaults to
+    (where the length penalty came from: `length_penalty_origin`)."""
     source, target = (languages or ["?", "?"])[:2]
     lines = ["---", f"language: [{source}, {target}]", "library_name: transformers", "pipeline_tag: translation",
              "tags: [translation, marian, attention-is-all-you-need]", "---", "",
@@ -63,7 +65,7 @@ def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabular
               f'batch = tokenizer(["A sentence to translate."{".lower()" if lowercase else ""}], return_tensors="pt", padding=True)',
               "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
               f"generate() defaults to our decode settings: beam {decode.beam_size}, length penalty "
-              f"{decode.length_penalty}, at most {decode.output_cap(longest_source)} output tokens (for the longest input, "
+              f"{decode.length_penalty} ({length_penalty_origin}), at most {decode.output_cap(longest_source)} output tokens (for the longest input, "
               f"{longest_source} tokens; decode's output cap). transformers' "
               "beam search divides a hypothesis's log-probability by length ** length_penalty, ours by GNMT's "
               "((5 + length) / 6) ** alpha, so beam outputs may differ; greedy outputs (num_beams=1) agree.", ""]

@@ -21,6 +21,7 @@ from translate.core.config import DecodeConfig, ModelConfig
 from translate.core.errors import TranslateError
 from translate.data.vocabulary import Vocabulary
 from translate.formats.model_card import model_card
+from translate.translator import Decoding
 
 LONGEST_SOURCE = 511  # source tokens (EOS aside) the export serves: the tokenizer's model_max_length is one more
 EXTRA = "transformers"  # the optional dependency group that brings transformers and safetensors
@@ -122,15 +123,16 @@ def write_tokenizer(vocabulary: Vocabulary, folder: Path, languages: Optional[Li
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: Path) -> None:
+def write_transformers(translator, folder: Path, decoding: Decoding, run_dir: Path) -> None:
     """The folder MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained load offline,
-    with a model card from run_dir's run record."""
+    with a model card from run_dir's run record; generate() defaults to `decoding`'s settings
+    (generation_config.json), the card says where their length penalty came from."""
     try:
         from transformers import MarianMTModel
     except ImportError:
         raise TranslateError(f"export.format=transformers needs the {EXTRA} extra: "
                              f"pip install -c constraints.txt -e '.[{EXTRA}]'") from None
-    cfg, vocabulary = translator.model.cfg, translator.vocabulary
+    cfg, vocabulary, decode = translator.model.cfg, translator.vocabulary, decoding.settings
     model = MarianMTModel(marian_config(cfg, vocabulary, decode))
     missing, unexpected = model.load_state_dict(marian_state_dict(translator.model.state_dict(), cfg), strict=False)
     left = [name for name in missing if "embed_positions" not in name]  # Marian computes its own sinusoids
@@ -141,7 +143,7 @@ def write_transformers(translator, folder: Path, decode: DecodeConfig, run_dir: 
     write_tokenizer(vocabulary, folder, translator.languages)
     card = model_card(run_record.load(run_dir), translator.languages, len(vocabulary),
                       translator.model.num_parameters(), decode, longest_source=LONGEST_SOURCE,
-                      lowercase=translator.lowercase)
+                      lowercase=translator.lowercase, length_penalty_origin=decoding.length_penalty_origin)
     (folder / "README.md").write_text(card, encoding="utf-8")
 
 

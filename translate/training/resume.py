@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import nn
 
-from translate import checkpoint
+from translate.checkpoint import Checkpoint
 from translate.core.choices import Decay
 from translate.core.config import ModelConfig, OptimConfig, to_plain
 from translate.core.errors import MissingCheckpoint, TranslateError, first_line
@@ -25,43 +25,44 @@ from translate.training.validate import Tracker
 log = logging.getLogger(__name__)
 
 
-def check_same_settings(path: Path, payload: Dict[str, Any], optim: OptimConfig, max_steps: Optional[int] = None) -> None:
+def check_same_settings(saved: Checkpoint, optim: OptimConfig, max_steps: Optional[int] = None) -> None:
     """Refuse to resume with optimizer or schedule settings other than the checkpoint's: the
     run would not continue as saved (the schedule would jump, say). A linear decay ends at
     train.max_steps, so that is one of its settings."""
-    saved = payload.get("config", {}).get("optim", {})
+    trained = saved.config or {}
+    before = trained.get("optim", {})
     wanted = to_plain(optim)
-    differences = [f"optim.{key}={wanted[key]} (saved: {saved[key]})" for key in wanted if key in saved and saved[key] != wanted[key]]
-    saved_steps = payload.get("config", {}).get("train", {}).get("max_steps")
+    differences = [f"optim.{key}={wanted[key]} (saved: {before[key]})" for key in wanted if key in before and before[key] != wanted[key]]
+    saved_steps = trained.get("train", {}).get("max_steps")
     if optim.decay == Decay.linear and max_steps is not None and saved_steps not in (None, max_steps):
         differences.append(f"train.max_steps={max_steps} (saved: {saved_steps}, where optim.decay=linear ends)")
     if differences:
         raise TranslateError(
-            f"{path} was trained with other settings: {', '.join(differences)}; a resume continues exactly as saved, "
-            f"so restore them, or start afresh from its weights with train.init_from={path} in another run_dir"
+            f"{saved.path} was trained with other settings: {', '.join(differences)}; a resume continues exactly as saved, "
+            f"so restore them, or start afresh from its weights with train.init_from={saved.path} in another run_dir"
         )
 
 
 def load_training_state(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary, *,
                         optim: OptimConfig, optimizer: Adam, schedule: LearningRateSchedule,
-                        scaler: Optional["torch.amp.GradScaler"]) -> Optional[Dict[str, Any]]:
+                        scaler: Optional["torch.amp.GradScaler"]) -> Optional[Checkpoint]:
     """Restore what checkpoint_last.pt at `path` holds into the model, optimizer, schedule and
-    scaler; returns the payload (for the process states), or None where there is none yet.
+    scaler; returns the checkpoint (for the process states), or None where there is none yet.
     Each part is checked before use: a damaged one is one line naming it."""
     try:
-        payload = checkpoint.load(path)
+        saved = Checkpoint.load(path)
     except MissingCheckpoint:
         return None
-    checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
-    check_same_settings(path, payload, optim, schedule.last_update if schedule is not None else None)
-    checkpoint.check_weights(path, payload["model"], model_cfg)
-    model.load_state_dict(payload["model"])
-    if "optimizer" in payload:
-        _restore(path, "optimizer state", optimizer.load_state_dict, payload["optimizer"])
-        _restore(path, "schedule state", schedule.load_state_dict, payload.get("scheduler"))
-    if scaler is not None and "scaler" in payload:
-        _restore(path, "loss scaler state", scaler.load_state_dict, payload["scaler"])
-    return payload
+    saved.check_same_model(model_cfg, vocabulary.model_bytes, vocabulary.specials)
+    check_same_settings(saved, optim, schedule.last_update if schedule is not None else None)
+    saved.check_weights(model_cfg)
+    model.load_state_dict(saved.model)
+    if saved.optimizer is not None:
+        _restore(path, "optimizer state", optimizer.load_state_dict, saved.optimizer)
+        _restore(path, "schedule state", schedule.load_state_dict, saved.scheduler)
+    if scaler is not None and saved.scaler is not None:
+        _restore(path, "loss scaler state", scaler.load_state_dict, saved.scaler)
+    return saved
 
 
 def _restore(path: Path, part: str, load, state: Any) -> None:
@@ -75,10 +76,10 @@ def _restore(path: Path, part: str, load, state: Any) -> None:
 
 def load_weights(path: Path, model: nn.Module, model_cfg: ModelConfig, vocabulary: Vocabulary) -> None:
     """Fine-tuning (train.init_from): another run's weights, nothing else."""
-    payload = checkpoint.load(path)
-    checkpoint.check_same_model(path, payload, model_cfg, vocabulary.model_bytes, vocabulary.specials)
-    checkpoint.check_weights(path, payload["model"], model_cfg)
-    model.load_state_dict(payload["model"])
+    saved = Checkpoint.load(path)
+    saved.check_same_model(model_cfg, vocabulary.model_bytes, vocabulary.specials)
+    saved.check_weights(model_cfg)
+    model.load_state_dict(saved.model)
 
 
 def process_state(batches: BatchStream) -> Dict:
@@ -93,8 +94,8 @@ def gather_process_states(context: distributed.Context, batches: BatchStream) ->
     return distributed.gather_objects(process_state(batches), context)
 
 
-def restore_process_state(payload: Dict, context: distributed.Context, batches: BatchStream, tracker: Tracker) -> None:
-    states = payload.get("processes")
+def restore_process_state(saved: Checkpoint, context: distributed.Context, batches: BatchStream, tracker: Tracker) -> None:
+    states = saved.processes
     if states is None or len(states) != context.world_size:
         log.warning("the checkpoint was written by another number of processes: data order and random state restart")
         return
@@ -103,4 +104,4 @@ def restore_process_state(payload: Dict, context: distributed.Context, batches: 
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
     batches.load_state_dict(state["batches"])
-    tracker.load_state_dict(payload.get("valid", {}))
+    tracker.load_state_dict(saved.valid or {})

@@ -15,13 +15,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional
+from typing import Deque, List, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from translate import checkpoint
+from translate.checkpoint import Checkpoint, prune
 from translate.core import paths, run_record
 from translate.core.choices import Positions
 from translate.core.config import ModelConfig, TranslateConfig, to_plain
@@ -156,9 +156,9 @@ class Trainer:
         if resumed is not None:
             resume.restore_process_state(resumed, context, batches, validator.tracker)
         validator.load_dev_sentences()
-        updates = int(resumed["step"]) if resumed is not None else 0
+        updates = int(resumed.step) if resumed is not None else 0
         previous = run_record.previous_training(run_dir, updates if resumed is not None else None)
-        state = LoopState(updates, int(resumed.get("skipped_updates", 0)) if resumed is not None else 0,
+        state = LoopState(updates, int(resumed.skipped_updates or 0) if resumed is not None else 0,
                           time_limit=TimeLimit(cfg.train.max_minutes, first_update=updates))
         monitor = Monitor(cfg, context, accounting, record=record_parts(cfg, data, model, model_cfg, command), previous=previous,
                           time_limit=state.time_limit, precision=str(precision.precision))
@@ -260,11 +260,11 @@ class Trainer:
         return _every(n, self.cfg.checkpoint.every_steps) or (
             minutes is not None and time.monotonic() - self.state.last_saved >= 60 * minutes)
 
-    def weights(self) -> Dict[str, Any]:
-        """The checkpoint payload every checkpoint holds: what decoding needs."""
+    def decodable(self) -> Checkpoint:
+        """What every checkpoint holds (a numbered one nothing else): what decoding needs."""
         languages = [self.cfg.data.src_lang, self.cfg.data.tgt_lang]
-        return checkpoint.weights(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
-                                  self.state.updates, lowercase=self.cfg.data.lowercase)
+        return Checkpoint.of_model(self.learner.model, self.learner.model_cfg, self.feed.data.vocabulary, languages,
+                                   self.state.updates, lowercase=self.cfg.data.lowercase)
 
     def save(self, numbered: bool = True) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
@@ -277,16 +277,13 @@ class Trainer:
         states = resume.gather_process_states(self.context, self.feed.batches)
         if not self.context.is_main:
             return
-        weights, learner = self.weights(), self.learner
-        payload = {**weights, "optimizer": learner.optimizer.state_dict(), "scheduler": learner.schedule.state_dict(),
-                   "config": to_plain(self.cfg), "processes": states, "valid": self.validator.tracker.state_dict(),
-                   "skipped_updates": state.skipped}
-        if learner.precision.scaler is not None:
-            payload["scaler"] = learner.precision.scaler.state_dict()
-        checkpoint.save(self.last_path, payload)
+        weights, learner, scaler = self.decodable(), self.learner, self.learner.precision.scaler
+        replace(weights, optimizer=learner.optimizer.state_dict(), scheduler=learner.schedule.state_dict(),
+                config=to_plain(self.cfg), processes=states, valid=self.validator.tracker.state_dict(),
+                skipped_updates=state.skipped, scaler=scaler.state_dict() if scaler is not None else None).save(self.last_path)
         if numbered:
-            checkpoint.save(paths.numbered_checkpoint(run_dir, state.updates), weights)  # for averaging
-            checkpoint.prune(run_dir, self.cfg.checkpoint.keep_last)
+            weights.save(paths.numbered_checkpoint(run_dir, state.updates))  # for averaging
+            prune(run_dir, self.cfg.checkpoint.keep_last)
         self.monitor.record(state.updates, state.skipped)
 
     def validate(self) -> bool:
@@ -304,7 +301,7 @@ class Trainer:
             if self.last_path.is_file():
                 self.monitor.record(updates, self.state.skipped)
             if result.improved:
-                checkpoint.save(Path(self.cfg.run_dir) / paths.BEST_CHECKPOINT, {**self.weights(), "dev": result.metrics})
+                replace(self.decodable(), dev=result.metrics).save(Path(self.cfg.run_dir) / paths.BEST_CHECKPOINT)
             why = result.stop
         why = distributed.from_main(why, self.context)
         if why is None:
@@ -359,14 +356,14 @@ def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
 
 
 def _start(cfg: TranslateConfig, data: PreparedData, model: nn.Module, model_cfg: ModelConfig, *, optimizer: Adam,
-           schedule: LearningRateSchedule, precision: MixedPrecision) -> Optional[Dict[str, Any]]:
+           schedule: LearningRateSchedule, precision: MixedPrecision) -> Optional[Checkpoint]:
     """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
-    weights, if set); returns the resumed payload."""
+    weights, if set); returns the checkpoint resumed."""
     last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT
     resumed = resume.load_training_state(last, model, model_cfg, data.vocabulary, optim=cfg.optim, optimizer=optimizer,
                                          schedule=schedule, scaler=precision.scaler)
     if resumed is not None:
-        log.info(f"resuming from {last} at update {int(resumed['step'])}")
+        log.info(f"resuming from {last} at update {resumed.step}")
     elif cfg.train.init_from:
         resume.load_weights(Path(cfg.train.init_from), model, model_cfg, data.vocabulary)
         log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")

@@ -12,6 +12,7 @@ import torch
 
 from translate import averaging
 from translate.core import paths
+from translate.core.command_line import CommandLine
 from translate.core.config import DecodeConfig, TranslateConfig
 from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus, read_lines, text_line
@@ -39,16 +40,18 @@ def format_output(translator: Translator, results: List[List[Hypothesis]], nbest
     return lines
 
 
-def decode(cfg: TranslateConfig) -> Optional[Path]:
+def decode(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Optional[Path]:
     """Translate decode.input (a file, or - for stdin to stdout) or the decode.split of the
-    data; returns the output path."""
+    data; returns the output path. The length penalty: the command line's, else the one tune
+    chose for the weights, else the configuration's (Translator.decoding)."""
     translator = Translator.from_checkpoint(averaging.chosen_checkpoint(cfg))
+    settings = translator.decoding(cfg.decode, command).settings
     wanted = [cfg.data.src_lang, cfg.data.tgt_lang]
     if translator.languages and list(translator.languages) != wanted:
         src, tgt = translator.languages
         raise TranslateError(f"the checkpoint translates {src}->{tgt}, but the data asks for {wanted[0]}->{wanted[1]}")
     if cfg.decode.input == "-":
-        _stream(translator, cfg.decode)
+        _stream(translator, settings)
         return None
     references: Optional[List[str]] = None
     if cfg.decode.input:
@@ -65,13 +68,13 @@ def decode(cfg: TranslateConfig) -> Optional[Path]:
     problem = paths.usable_folder(output.parent)  # found before the search, not after it
     if problem:
         raise TranslateError(f"cannot write {output}: {problem}")
-    method = "sampling" if cfg.decode.sampling else f"beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty}"
-    method = ("bf16, " if translator.in_bf16(cfg.decode) else "") + method
+    method = "sampling" if settings.sampling else f"beam {settings.beam_size}, alpha {settings.length_penalty}"
+    method = ("bf16, " if translator.in_bf16(settings) else "") + method
     log.info(f"translating {len(sources):,} sentences of {what} ({method})")
     started = time.monotonic()
-    results = translator.search(sources, cfg.decode)
+    results = translator.search(sources, settings)
     seconds = time.monotonic() - started
-    write_lines(output, format_output(translator, results, cfg.decode.nbest))
+    write_lines(output, format_output(translator, results, settings.nbest))
     if references is not None:
         write_lines(paths.decode_reference(cfg), references)
     tokens = sum(len(hypotheses[0].tokens) + 1 for hypotheses in results)

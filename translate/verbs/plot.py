@@ -19,7 +19,7 @@ import os
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -28,10 +28,11 @@ from translate import averaging, figures
 from translate.attention_maps import attention_maps
 from translate.core import paths, run_record
 from translate.core.choices import PlotKind
-from translate.core.config import PlotConfig, TranslateConfig
+from translate.core.command_line import CommandLine
+from translate.core.config import DecodeConfig, PlotConfig, TranslateConfig
 from translate.core.errors import TranslateError
 from translate.data.loading import read_lines
-from translate.translator import Translator
+from translate.translator import Decoding, Translator
 
 log = logging.getLogger("translate.verbs.plot")
 
@@ -131,14 +132,14 @@ def _layer(settings: PlotConfig, layers: int) -> int:
     return settings.layer or layers
 
 
-def attention(translator: Translator, sentence: str, layer: int, cfg: TranslateConfig, name: str) -> figures.AttentionFigure:
-    """The sentence translated as decode would (cfg.decode), then the layer's encoder
+def attention(translator: Translator, sentence: str, layer: int, settings: DecodeConfig, name: str) -> figures.AttentionFigure:
+    """The sentence translated as decode would (settings), then the layer's encoder
     self-attention and encoder-decoder attention of a pass over that translation."""
     specials = translator.vocabulary.specials
-    source = translator.encode_sources([sentence], cfg.decode.max_source_length)[0] + [specials.eos]
+    source = translator.encode_sources([sentence], settings.max_source_length)[0] + [specials.eos]
     if len(source) == 1:
         raise TranslateError("the sentence to draw is empty")
-    output = translator.search([sentence], cfg.decode)[0][0].tokens
+    output = translator.search([sentence], settings)[0][0].tokens
     model = translator.model
     with torch.inference_mode():
         maps = attention_maps(model, torch.tensor([source]), torch.tensor([[specials.bos] + output]))
@@ -155,9 +156,11 @@ ARRAYS = {"encoder_self_attention": "(heads, source, source): row i, source piec
           "encoder_decoder_attention": "(heads, target, source): row t, the weights that chose target piece t"}
 
 
-def write_attention(drawn: figures.AttentionFigure, output: Path, size: figures.Size) -> List[Path]:
+def write_attention(drawn: figures.AttentionFigure, output: Path, size: figures.Size,
+                    decoding: Optional[Decoding] = None) -> List[Path]:
     """The three figures (output itself: Figure 3; <stem>.heads.png; <stem>.cross.png) and the
-    weights beside them (<stem>.npz, described in <stem>.json)."""
+    weights beside them (<stem>.npz, described in <stem>.json with the decode settings that
+    translated the sentence, `decoding`)."""
     where = f"{drawn.checkpoint}: {{}}, layer {drawn.layer} of {drawn.layers}"
     translation = textwrap.shorten(drawn.translation, 120)
     written = [
@@ -171,23 +174,29 @@ def write_attention(drawn: figures.AttentionFigure, output: Path, size: figures.
         np.savez(file, encoder_self_attention=drawn.encoder, encoder_decoder_attention=drawn.cross)
     shown = ("checkpoint", "layer", "layers", "heads", "sentence", "translation", "source", "target")
     description = {**{key: getattr(drawn, key) for key in shown}, "arrays": ARRAYS}
+    if decoding is not None:
+        description.update(beam_size=decoding.settings.beam_size, length_penalty=decoding.settings.length_penalty,
+                           length_penalty_origin=decoding.length_penalty_origin)
     return written + [paths.beside(output, ".npz"), figures.write_json(paths.beside(output, ".json"), description)]
 
 
-def attention_figures(cfg: TranslateConfig, size: figures.Size) -> List[Path]:
-    """plot.kind=attention: one sentence through plot.checkpoint (default: decode's)."""
+def attention_figures(cfg: TranslateConfig, size: figures.Size, command: Optional[CommandLine] = None) -> List[Path]:
+    """plot.kind=attention: one sentence through plot.checkpoint (default: decode's), translated
+    with the decode settings for its weights (Translator.decoding)."""
     sentence = _sentence(cfg.plot)
     source = Path(cfg.plot.checkpoint) if cfg.plot.checkpoint else averaging.chosen_checkpoint(cfg)
     translator = Translator.from_checkpoint(source)
+    decoding = translator.decoding(cfg.decode, command)
     layer = _layer(cfg.plot, len(translator.model.encoder_layers))
-    return write_attention(attention(translator, sentence, layer, cfg, str(source)), paths.plot_output(cfg), size)
+    drawn = attention(translator, sentence, layer, decoding.settings, str(source))
+    return write_attention(drawn, paths.plot_output(cfg), size, decoding)
 
 
-def plot(cfg: TranslateConfig) -> List[Path]:
+def plot(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> List[Path]:
     """Draw plot.kind; returns the files written, figures first."""
     figures.matplotlib_parts()  # a missing extra is reported before any work
     size = figures.Size(cfg.plot.width, cfg.plot.height, cfg.plot.dpi)
-    written = attention_figures(cfg, size) if cfg.plot.kind == PlotKind.attention else run_curves(cfg, size)
+    written = attention_figures(cfg, size, command) if cfg.plot.kind == PlotKind.attention else run_curves(cfg, size)
     for path in written:
         log.info(f"wrote {path}")
     return written

@@ -3,10 +3,10 @@ alpha "after experimentation on the development set" (section 6.1).
 
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
 and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
-the brevity penalty of each, and records the best in the run record for the checkpoint it
-decoded, with the weights it held; from then on `translate decode` and `translate export` of that
-checkpoint use it while it holds those weights, unless the command line sets
-decode.length_penalty (hydra_cli.with_tuned_length_penalty).
+the brevity penalty of each, and writes the best beside the checkpoint it decoded, bound to the
+weights it held (<checkpoint>.generation.json: checkpoint.GenerationSettings); from then on
+`translate decode`, `export` and `plot` of those weights use it, unless the command line sets
+decode.length_penalty (Translator.decoding). The run record keeps each choice, for the history.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from translate import averaging, checkpoint
-from translate.core import run_record
+from translate import averaging
+from translate.checkpoint import GenerationSettings
+from translate.core import paths, run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import PAPER_LENGTH_PENALTY, TranslateConfig
+from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
 from translate.metrics import corpus_bleu
 from translate.translator import Translator
@@ -29,9 +31,13 @@ log = logging.getLogger("translate.verbs.tune")
 
 
 def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
-    """Decode the dev split with each alpha; record and return the one with the best sacreBLEU
-    (of equal scores, the one nearest the paper's 0.6)."""
+    """Decode the dev split with each alpha; write the one with the best sacreBLEU (of equal
+    scores, the one nearest the paper's 0.6) beside the checkpoint, add it to the run record, and
+    return it."""
     path = averaging.chosen_checkpoint(cfg)
+    problem = paths.usable_folder(path.parent)  # found before the search, not after it
+    if problem:
+        raise TranslateError(f"cannot write the chosen settings beside {path}: {problem}")
     translator = Translator.from_checkpoint(path)
     corpus = load_corpus(cfg.data, cfg.data.valid_split)
     sources, references = corpus.pairs()
@@ -45,9 +51,12 @@ def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
     best = _best(scores)
     print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
           f"translate decode uses it unless decode.length_penalty is given")
-    entry = {"alpha": best["alpha"], "split": cfg.data.valid_split, "sentences": len(sources), "checkpoint": str(path),
-             "beam_size": cfg.decode.beam_size, "scores": scores, "command": (command or CommandLine("tune")).text(),
-             "weights": checkpoint.identity(path)}  # decode refuses the alpha once other weights are at this path
+    assert translator.identity is not None  # read from a checkpoint
+    chosen = GenerationSettings(best["alpha"], cfg.decode.beam_size, translator.identity, split=cfg.data.valid_split,
+                                sentences=len(sources), scores=scores, command=(command or CommandLine("tune")).text())
+    log.info(f"wrote {chosen.write(path)}: decode, export and plot of these weights use alpha {best['alpha']}")
+    entry = {"alpha": best["alpha"], "split": chosen.split, "sentences": chosen.sentences, "checkpoint": str(path),
+             "beam_size": chosen.beam_size, "scores": scores, "command": chosen.command, "weights": chosen.as_dict()["weights"]}
     run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
     return best["alpha"]
 
