@@ -34,6 +34,7 @@ def test_the_progress_bar_is_paced_from_the_first_update_as_a_linear_decay_end_i
     from types import SimpleNamespace
 
     from translate.core.config import TranslateConfig
+    from translate.core.run_record import Compute, RunRecord
     from translate.training import monitor
     from translate.training.distributed import Context
     from translate.training.update import StepStats
@@ -45,7 +46,7 @@ def test_the_progress_bar_is_paced_from_the_first_update_as_a_linear_decay_end_i
     monkeypatch.setattr(monitor.time, "monotonic", lambda: clock[0])
     cfg = TranslateConfig()
     cfg.run_dir, cfg.train.max_steps = str(tmp_path), 10**6
-    run = monitor.Monitor(cfg, Context(), None, record={}, previous={}, first_update=0, precision="fp32")
+    run = monitor.Monitor(cfg, Context(), None, record=RunRecord(), previous=Compute(), first_update=0, precision="fp32")
     clock[0] = 100.0  # 100 s of start-up, then the first update
     run.count(StepStats(), 1, deadline=1000.0)
     clock[0] = 110.0  # 10 more updates in 10 s: 1 update/s for the 890 s left
