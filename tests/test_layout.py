@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import List
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PACKAGE = ROOT / "translate"
@@ -265,3 +267,144 @@ def test_each_verb_is_a_module_of_the_verbs_package():
     held = {p.stem for p in (PACKAGE / "verbs").glob("*.py") if p.name not in NOT_NAMED}
     assert held == set(VERBS), f"translate/verbs/ holds {sorted(held)}, the verbs are {sorted(VERBS)}"
     assert all(target == f"{VERBS_PACKAGE}.{verb}:{verb}" for verb, (target, _) in VERBS.items()), VERBS
+
+
+# --- The run files are read by their classes alone; no module writes another's globals --------
+
+# The key names of the run files that other dicts of the code use too, so that a read of them
+# elsewhere says nothing: bleu's report and the dev metrics, the log's metrics and tune's scores,
+# the schedule's state, the configuration's sections, the sides of a pair, and the checkpoint's
+# keys (checked with the checkpoint's own).
+SHARED_KEYS = {"bleu", "hyp", "lines", "scores", "text", "variant", "model_flops", "seconds", "ratio", "update", "updates",
+               "settings", "data", "train", "name", "size", "source", "target", "device", "precision",
+               "model", "specials", "vocabulary", "languages", "processes", "skipped_updates", "valid",
+               "sentences"}
+# The checkpoint payload's keys, but "step" (also torch's optimizer state) and "specials" (also
+# an export's marker file).
+CHECKPOINT_KEYS = {"model", "model_config", "vocabulary", "languages", "lowercase", "optimizer", "scheduler", "scaler",
+                   "config", "processes", "valid", "skipped_updates", "averaged"}
+# `global` statements that stay, each a fact of the process that its module alone writes and reads:
+# host_memory sets glibc's malloc once per process.
+GLOBALS_ALLOWED = {"translate.core.host_memory": {"_applied"}}
+
+
+def json_keys(cls) -> set:
+    """The keys a JsonObject class names, its parts' included (not those its REST field keeps)."""
+    from dataclasses import fields
+    from typing import get_args, get_type_hints
+
+    from translate.core.json_fields import JsonObject
+
+    keys, kinds = set(), get_type_hints(cls)
+    for item in fields(cls):
+        if item.name == cls.REST:
+            continue
+        keys.add(item.name)
+        stack = [kinds[item.name]]
+        while stack:
+            kind = stack.pop()
+            if isinstance(kind, type) and issubclass(kind, JsonObject):
+                keys |= json_keys(kind)
+            stack += get_args(kind)
+    return keys
+
+
+def string_key_reads(tree: ast.AST):
+    """(key, line) of each read by a literal string key: x["key"], x.get("key"), x.pop("key"),
+    x.setdefault("key"), "key" in x."""
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+              and node.func.attr in ("get", "pop", "setdefault") and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        elif (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
+              and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)):
+            key = node.left.value
+        if isinstance(key, str):
+            yield key, node.lineno
+
+
+def reads_outside(keys: set, owner: str) -> List[str]:
+    return [f"{path.relative_to(ROOT)}:{line} [{key!r}]" for name, path in modules().items() if name != owner
+            for key, line in string_key_reads(ast.parse(path.read_text(encoding="utf-8"))) if key in keys]
+
+
+def test_the_shared_keys_are_keys_of_the_run_files() -> None:
+    """SHARED_KEYS names keys the run files have (a key the classes dropped goes from it too)."""
+    from translate.core.run_record import RunRecord
+    from translate.data.report import DataReport
+
+    stale = SHARED_KEYS - json_keys(RunRecord) - json_keys(DataReport) - CHECKPOINT_KEYS
+    assert not stale, f"SHARED_KEYS names keys no run file has: {sorted(stale)}"
+
+
+def test_no_module_reads_the_run_record_or_the_data_report_by_string_keys() -> None:
+    """The run record is read through RunRecord (core/run_record.py), the data report through
+    DataReport (data/report.py): no other module reads their keys by name."""
+    from translate.core.run_record import RunRecord
+    from translate.data.report import DataReport
+
+    found = (reads_outside(json_keys(RunRecord) - SHARED_KEYS, "translate.core.run_record")
+             + reads_outside(json_keys(DataReport) - SHARED_KEYS, "translate.data.report"))
+    assert not found, f"run record or data report keys read outside their classes: {found}"
+
+
+def test_no_module_reads_the_checkpoint_by_string_keys() -> None:
+    """The checkpoint payload is read in translate/checkpoint.py alone."""
+    found = reads_outside(CHECKPOINT_KEYS, "translate.checkpoint")
+    assert not found, f"checkpoint keys read outside translate/checkpoint.py: {found}"
+
+
+def test_string_key_reads_are_found() -> None:
+    """The two checks above can fail: each form of read is found."""
+    code = 'a["train_pairs_kept"]\nb.get("coverage")\nc.pop("optimizer", None)\n"xxh3_64" in d\ne["kept"] = 1\n'
+    assert [key for key, _ in string_key_reads(ast.parse(code))] == ["train_pairs_kept", "coverage", "optimizer", "xxh3_64"]
+
+
+def module_aliases(tree: ast.AST, known: set) -> set:
+    """The names under which a file imports translate modules (`from translate.core import paths`,
+    `import translate.data.cache as cache`)."""
+    aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            aliases |= {alias.asname or alias.name for alias in node.names if f"{node.module}.{alias.name}" in known}
+        elif isinstance(node, ast.Import):
+            aliases |= {alias.asname for alias in node.names if alias.asname and alias.name in known}
+    return aliases
+
+
+def foreign_writes(tree: ast.AST, known: set) -> List[tuple]:
+    """(line, what) of each write to another module's global: `module.NAME = ...` (or +=, or
+    setattr(module, ...)) on an imported translate module."""
+    aliases, found = module_aliases(tree, known), []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in aliases:
+                found.append((node.lineno, f"{target.value.id}.{target.attr}"))
+    return found
+
+
+def test_no_module_writes_another_modules_globals() -> None:
+    """What one module tells another goes as a value (an argument, an object it is given), not
+    through a global set from outside; and `global` statements only where GLOBALS_ALLOWED says why."""
+    found, known = modules(), set(modules())
+    writes, globals_ = [], []
+    for name, path in found.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        writes += [f"{path.relative_to(ROOT)}:{line} {what}" for line, what in foreign_writes(tree, known)]
+        globals_ += [f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Global) and not set(node.names) <= GLOBALS_ALLOWED.get(name, set())]
+    assert not writes, f"modules that write another module's globals: {writes}"
+    assert not globals_, f"`global` statements (hold the value in an object that is passed instead): {globals_}"
+
+
+def test_writes_to_another_modules_globals_are_found() -> None:
+    code = ("from translate.core import run_record\nimport translate.training.distributed as distributed\n"
+            "run_record.COMMAND = 'x'\ndistributed._joined += 1\nsetattr(run_record, 'COMMAND', 'y')\nlocal.x = 1\n")
+    known = {"translate.core.run_record", "translate.training.distributed"}
+    assert [line for line, _ in foreign_writes(ast.parse(code), known)] == [3, 4, 5]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MULTI30K, SMALL, need, one_line_error, run_cli
-from translate.core import run_record
+from translate.core.run_record import ModelFacts, RunRecord, Score, TrainingTotals, Validation
 from translate.core.choices import TableFormat
 from translate.core.config import TranslateConfig
 from translate.verbs import table
@@ -48,9 +48,11 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
 
 def recorded_run(folder: Path, dropout: float, seed: int, loss: float, nll: float, bleu: float) -> Path:
     """A run record as train writes one, with these settings and dev metrics."""
-    run_record.save(folder, {"settings": {"run_dir": str(folder), "model": {"dropout": dropout}, "train": {"seed": seed}},
-                             "model": {"parameters": 1000}, "training": {"updates": 100, "model_flops": 1e12},
-                             "valid": {"update": 100, "loss": loss, "nll": nll, "bleu": bleu}})
+    training = TrainingTotals(updates=100, seconds=60.0, model_flops=1e12, target_tokens=10**6, skipped_updates=0,
+                              device="cpu", processes=1, precision="fp32")
+    RunRecord(settings={"run_dir": str(folder), "model": {"dropout": dropout}, "train": {"seed": seed}},
+              model=ModelFacts(parameters=1000), training=training,
+              valid=Validation(update=100, metrics={"loss": loss, "nll": nll, "bleu": bleu})).save(folder)
     return folder
 
 
@@ -88,14 +90,11 @@ def test_seeds_without_a_twin_stay_rows_of_their_own(tmp_path):
 def test_test_bleu_is_the_score_of_the_test_splits_decode(tmp_path):
     """A run's record may hold scores of other files decoded in its run_dir (a sweep scores its
     dev decodes there): test_bleu is the last score of decode's test output alone, else none."""
-    from translate.core import run_record
-    from translate.verbs import table
-
     def score(hyp, value):
-        return {"hyp": hyp, "scores": {"sacrebleu": {"value": value}}}
+        return Score(hyp=hyp, lines=10, variant="newstest2014", scores={"sacrebleu": {"value": value}}, text="")
 
     settings = {"data": {"tgt_lang": "de"}, "decode": {"split": "test"}}
-    run_record.save(tmp_path, {"settings": settings, "scores": [score("decode/test.de", 20.0), score("sweep/dev.de", 30.0)]})
+    RunRecord(settings=settings, scores=[score("decode/test.de", 20.0), score("sweep/dev.de", 30.0)]).save(tmp_path)
     assert table.run_rows([tmp_path])[0]["test_bleu"] == 20.0
-    run_record.save(tmp_path, {"settings": settings, "scores": [score("sweep/dev.de", 30.0)]})
+    RunRecord(settings=settings, scores=[score("sweep/dev.de", 30.0)]).save(tmp_path)
     assert table.run_rows([tmp_path])[0]["test_bleu"] is None

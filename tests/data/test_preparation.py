@@ -7,6 +7,7 @@ from tests.conftest import TEXT, corpus_with_noise, need, run_cli, write_pairs
 from translate.core.errors import TranslateError
 from translate.data.loading import load_corpus
 from translate.data.preparation import fingerprint, prepare
+from translate.data import report
 
 
 def test_fingerprint_follows_data_and_vocabulary_settings(compose, tmp_path):
@@ -30,12 +31,12 @@ def test_cleaning_counts_each_reason_and_spares_test_sets(compose, tmp_path):
     cfg = compose("train", "data=text", f"data.train={tmp_path}/train", f"data.test={tmp_path}/test",
                   "data.vocab_size=500", "data.max_length=100", "data.max_length_ratio=5")
     data = prepare(cfg.data, log=lambda _: None)
-    train = data.report["train"]
-    assert (train["pairs"], train["empty"], train["too_long"], train["ratio"]) == (len(pairs) + 3, 1, 1, 1)
-    assert train["kept"] == len(data.train) == len(pairs)
-    assert data.report["test_overlap"] == {"sentences": 20, "source": 20, "target": 20}
-    assert 0.99 < data.report["coverage"] <= 1.0
-    assert train["tokens_src"] == int(data.train.src_offsets[-1])
+    train = data.report.train
+    assert (train.pairs, train.empty, train.too_long, train.ratio) == (len(pairs) + 3, 1, 1, 1)
+    assert train.kept == len(data.train) == len(pairs)
+    assert data.report.test_overlap == report.TestOverlap(sentences=20, source=20, target=20)
+    assert 0.99 < data.report.coverage <= 1.0
+    assert train.tokens_src == int(data.train.src_offsets[-1])
     # Test sets keep every line, however noisy: decode reads them whole.
     write_pairs(tmp_path, "test", [("", "Ein Hund.")] + pairs[:3])
     assert len(load_corpus(cfg.data, "test")) == 4
@@ -84,7 +85,7 @@ def test_hub_rows_with_a_missing_side_are_counted_as_dropped(compose, tmp_path):
     write_parquet(tmp_path / "hub", "train", rows)
     cfg = compose("train", f"data.path={tmp_path}/hub", "data.name=null", "data.vocab_size=300", "data.max_length_ratio=0")
     data = prepare(cfg.data, log=lambda _: None)
-    assert data.report["train"]["empty"] == 2 and len(data.train) == 298
+    assert data.report.train.empty == 2 and len(data.train) == 298
 
 
 def test_an_empty_split_is_a_clear_error(compose, tmp_path):

@@ -74,7 +74,7 @@ def _gradient_worker(rank, port, overrides, results):
             largest = max(q.grad.abs().max().item() for q in reference.parameters())
             results.put((worst, largest))
     finally:
-        distributed.shutdown()
+        distributed.shutdown(context)
 
 
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: two ranks equal one with accumulation, end to end: test_two_processes_equal_one_process_with_accumulation
@@ -194,7 +194,7 @@ def _collectives_worker(rank, port, overrides, results):
         gathered = distributed.gather_objects({"rank": rank, "state": torch.arange(3) * rank}, context)
         held = len(distributed._held)
     finally:
-        distributed.shutdown()
+        distributed.shutdown(context)
     if rank == 0:
         results.put((summed, told, [(g["rank"], g["state"].tolist()) for g in gathered], held, len(distributed._held)))
 

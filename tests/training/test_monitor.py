@@ -1,6 +1,5 @@
 """The training run's monitor (translate.training.monitor): its log lines and progress bar."""
 
-import math
 import re
 
 from tests.conftest import MULTI30K, need, run_cli, small_run
@@ -22,6 +21,7 @@ def test_the_progress_bar_ends_where_the_time_limit_projects_the_end(tmp_path, m
     from types import SimpleNamespace
 
     from translate.core.config import TranslateConfig
+    from translate.core.run_record import Compute, RunRecord
     from translate.training import monitor, time_limit
     from translate.training.distributed import Context
     from translate.training.update import StepStats
@@ -34,7 +34,7 @@ def test_the_progress_bar_ends_where_the_time_limit_projects_the_end(tmp_path, m
     cfg = TranslateConfig()
     cfg.run_dir, cfg.train.max_steps = str(tmp_path), 10**6
     limit = time_limit.TimeLimit(1000 / 60, first_update=0)  # 1,000 s from 0
-    run = monitor.Monitor(cfg, Context(), None, record={}, previous={}, time_limit=limit, precision="fp32")
+    run = monitor.Monitor(cfg, Context(), None, record=RunRecord(), previous=Compute(), time_limit=limit, precision="fp32")
     clock[0] = 100.0  # 100 s of start-up, then the first update
     limit.count(1)
     run.count(StepStats(), 1)

@@ -46,13 +46,12 @@ def test_a_peer_that_failed_is_named_at_once_with_its_error():
     """A process that stops with an error says so in its beats (and its last one), so that the
     others name it and its error at once after their collective fails, without waiting out
     train.stall_timeout for a silence (or torchrun's grace period)."""
-    store = dist.HashStore()
-    failing = Watchdog(store, rank=1, world_size=2, timeout=300).start()
-    distributed.doing("update 2: forward and backward")
+    store, activity = dist.HashStore(), distributed.Activity()
+    failing = Watchdog(store, rank=1, world_size=2, timeout=300, activity=activity).start()
+    activity.doing("update 2: forward and backward")
     failing.failed("RuntimeError: injected")
     failing.failed("RuntimeError: a later one")  # the first error is the one told
     failing.close()
-    distributed.doing("starting")
     started = time.monotonic()
     line = Watchdog(store, rank=0, world_size=2, timeout=300).explain()
     assert time.monotonic() - started < 5
@@ -76,14 +75,13 @@ def test_a_peer_that_never_beat_is_stalled_after_the_timeout():
 
 
 def test_the_process_says_what_it_is_doing_in_its_beats():
-    store = dist.HashStore()
-    watchdog = Watchdog(store, rank=0, world_size=2, timeout=60, interval=5).start()
+    store, activity = dist.HashStore(), distributed.Activity()
+    watchdog = Watchdog(store, rank=0, world_size=2, timeout=60, interval=5, activity=activity).start()
     time.sleep(0.1)
-    distributed.doing("update 3: forward and backward")
+    activity.doing("update 3: forward and backward")
     time.sleep(0.01)  # published at the change, not at the next beat
     assert json.loads(store.get("0"))["doing"] == "update 3: forward and backward"
     watchdog.close()
-    distributed.doing("starting")
     assert json.loads(store.get("0"))["done"] is True  # the last word: done
     heard = Watchdog(store, rank=1, world_size=2, timeout=60)
     heard._listen()
@@ -147,14 +145,14 @@ def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monke
 
         cleanup = Trainer.cleanup
 
-    def setup(cfg, context):
+    def setup(cfg, context, command):
         trainer = Failing()
         trainer.stop_signals = StopSignals()
         return trainer
 
     handlers = []
     monkeypatch.setattr(Trainer, "setup", setup)
-    monkeypatch.setattr(distributed, "shutdown", lambda: handlers.append(signal.getsignal(signal.SIGTERM)))
+    monkeypatch.setattr(distributed, "shutdown", lambda context: handlers.append(signal.getsignal(signal.SIGTERM)))
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(TranslateError, match="rank 1 died"):
         train_verb.train(compose("train"))

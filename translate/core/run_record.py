@@ -4,23 +4,184 @@ train keeps it current (settings, languages, data, model size, updates, training
 across resumes, the last validation's metrics, the commands run); bleu adds each scored report
 with its signatures; tune the length penalty it chose on the dev split. The transformers
 export's model card is written from it.
+
+RunRecord and its parts name every key; load and save read and write the plain JSON, which
+tune's entries still go through.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from translate.core import paths
+from translate.core.config import ModelConfig, from_plain
 from translate.core.errors import TranslateError
+from translate.core.json_fields import FieldError, JsonObject
 
 LENGTH_PENALTY = "length_penalty"  # tune's last entry: the alpha chosen on the dev split and the scores behind it
 LENGTH_PENALTIES = "length_penalties"  # every checkpoint's last entry, by checkpoint_key: each keeps its own alpha
 
 
+@dataclass(kw_only=True)
+class TrainTokens(JsonObject):
+    source: int
+    target: int
+
+
+@dataclass(kw_only=True)
+class VocabularyFacts(JsonObject):
+    size: int
+    given: Optional[str]  # data.spm_model, where the vocabulary was given rather than trained
+    specials: Dict[str, int]  # the ids of pad, unk, bos, eos (Specials.as_dict)
+
+
+@dataclass(kw_only=True)
+class DataFacts(JsonObject):
+    """The training data: where from, and what cleaning kept of it."""
+
+    source: Optional[str]  # data.path or data.train
+    name: Optional[str]
+    languages: List[str]  # [source, target]
+    train_pairs: int
+    train_pairs_kept: int
+    train_tokens: TrainTokens
+    vocabulary: VocabularyFacts
+
+
+@dataclass(kw_only=True)
+class ModelFacts(JsonObject):
+    """The model's parameter count beside its settings (ModelConfig, as plain values)."""
+
+    REST = "config"
+    parameters: int
+    config: Dict[str, Any] = field(default_factory=dict)
+
+    def model_config(self) -> ModelConfig:
+        return from_plain(ModelConfig, self.config)
+
+
+@dataclass
+class Compute:
+    """Training seconds, model FLOPs and target tokens, summed over the runs of a run_dir."""
+
+    seconds: float = 0.0
+    model_flops: float = 0.0
+    target_tokens: float = 0.0
+
+
+@dataclass(kw_only=True)
+class TrainingTotals(JsonObject):
+    """Where training stands at the last checkpoint, its compute summed over resumes."""
+
+    updates: int
+    seconds: float
+    model_flops: float
+    target_tokens: Optional[int] = None  # None: not counted
+    skipped_updates: int
+    device: str
+    processes: int
+    precision: str
+
+    def compute(self) -> Compute:
+        return Compute(float(self.seconds), float(self.model_flops), float(self.target_tokens or 0.0))
+
+
+@dataclass(kw_only=True)
+class Validation(JsonObject):
+    """The last validation: its update and dev metrics (loss, nll, and bleu where it translated)."""
+
+    REST = "metrics"
+    update: int
+    metrics: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def loss(self) -> Optional[float]:
+        return self.metrics.get("loss")
+
+    @property
+    def perplexity(self) -> Optional[float]:
+        return math.exp(self.metrics["nll"]) if "nll" in self.metrics else None
+
+    @property
+    def bleu(self) -> Optional[float]:
+        return self.metrics.get("bleu")
+
+
+@dataclass(kw_only=True)
+class Target(JsonObject):
+    """train.target_bleu reached: when (MLPerf's time, from the process start) and at what cost."""
+
+    target_bleu: float
+    bleu: float
+    update: int
+    process_seconds: float
+    training_seconds: float
+    target_tokens: float
+    model_flops: float
+
+
+@dataclass(kw_only=True)
+class Score(JsonObject):
+    """One scored file of the run_dir (bleu's report: each metric's value, text and signature)."""
+
+    hyp: str  # relative to run_dir
+    lines: int
+    variant: str
+    scores: Dict[str, Any]
+    text: str
+
+    @property
+    def sacrebleu(self) -> Optional[float]:
+        return self.scores.get("sacrebleu", {}).get("value")
+
+
+@dataclass(kw_only=True)
+class RunRecord(JsonObject):
+    """The whole record; a part the run has not written yet is None. Keys it does not name
+    (tune's entries) are kept in `others` as they are."""
+
+    REST = "others"
+    settings: Optional[Dict[str, Any]] = None  # the run's TranslateConfig, as plain values
+    data: Optional[DataFacts] = None
+    model: Optional[ModelFacts] = None
+    training: Optional[TrainingTotals] = None
+    commands: Optional[List[str]] = None  # the train commands that led to the last checkpoint
+    valid: Optional[Validation] = None
+    target: Optional[Target] = None
+    scores: Optional[List[Score]] = None
+    others: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "RunRecord":
+        """run_dir's record; empty where there is none (or it is not JSON); a record whose parts
+        do not fit is one line naming the first that does not."""
+        try:
+            return cls.from_json(load(run_dir))
+        except FieldError as error:
+            raise TranslateError(f"{paths.run_record(run_dir)} cannot be read: {error}") from None
+
+    def save(self, run_dir: Path) -> None:
+        save(run_dir, self.to_json())
+
+    def setting(self, section: str, name: str, default: Any = None) -> Any:
+        """One setting the run trained with (`section.name`), or `default` where it has none."""
+        return (self.settings or {}).get(section, {}).get(name, default)
+
+    def test_bleu(self) -> Optional[float]:
+        """The sacreBLEU of the run's last scored decode of its test split (decode's default
+        output, decode/<decode.split>.<tgt_lang>); other files scored in its run_dir (a sweep's
+        dev decodes, say) are not its test score."""
+        test = str(paths.decoded(self.setting("decode", "split", "test"), self.setting("data", "tgt_lang", "de")))
+        found = [score for score in self.scores or [] if score.hyp == test]
+        return found[-1].sacrebleu if found else None
+
+
 def load(run_dir: Path) -> Dict[str, Any]:
-    """The record of run_dir; empty where there is none (or it cannot be read)."""
+    """The record of run_dir as plain JSON; empty where there is none (or it cannot be read)."""
     try:
         return json.loads(paths.run_record(run_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -33,41 +194,38 @@ def save(run_dir: Path, record: Dict[str, Any]) -> None:
         file.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
-def record_training(run_dir: Path, settings: Dict[str, Any], data: Dict[str, Any], model: Dict[str, Any],
-                    training: Dict[str, Any], valid: Optional[Dict[str, Any]], command: str,
-                    target: Optional[Dict[str, Any]] = None) -> None:
-    """train's part, rewritten at every checkpoint: `training` holds the updates and the compute
-    totals over every run that led to this checkpoint; `command`, the train command that wrote it
-    (kept beside those of earlier runs); `target`, when train.target_bleu was reached, the time
-    and compute to it."""
-    record = load(run_dir)
-    commands = record.get("commands", [])
-    if command not in commands:
-        commands.append(command)
-    record.update(settings=settings, data=data, model=model, training=training, commands=commands)
+def record_training(run_dir: Path, described: RunRecord, *, training: TrainingTotals, valid: Optional[Validation],
+                    target: Optional[Target] = None) -> None:
+    """train's part, rewritten at every checkpoint: `described`, the run's settings, data and
+    model and the train command that wrote it (kept beside those of earlier runs); `training`,
+    the updates and the compute totals over every run that led to this checkpoint; `target`,
+    when train.target_bleu was reached, the time and compute to it."""
+    record = RunRecord.load(run_dir)
+    commands = list(record.commands or [])
+    commands += [command for command in described.commands or [] if command not in commands]
+    record.settings, record.data, record.model = described.settings, described.data, described.model
+    record.training, record.commands = training, commands
     if valid is not None:
-        record["valid"] = valid
+        record.valid = valid
     if target is not None:
-        record["target"] = target
-    save(run_dir, record)
+        record.target = target
+    record.save(run_dir)
 
 
-def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Dict[str, float]:
+def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Compute:
     """The compute totals a resumed run adds to: the record's, if it describes the resumed update."""
-    training = load(run_dir).get("training", {})
-    if resumed_step is None or training.get("updates") != resumed_step:
-        return {"seconds": 0.0, "model_flops": 0.0, "target_tokens": 0.0}
-    return {key: float(training.get(key, 0.0)) for key in ("seconds", "model_flops", "target_tokens")}
+    if resumed_step is None:
+        return Compute()
+    training = RunRecord.load(run_dir).training
+    return training.compute() if training is not None and training.updates == resumed_step else Compute()
 
 
-def record_score(run_dir: Path, report: Dict[str, Any]) -> None:
-    """bleu's part: the scored report (sacreBLEU, chrF, tokenized BLEU with their signatures),
+def record_score(run_dir: Path, score: Score) -> None:
+    """bleu's part: a scored report (sacreBLEU, chrF, tokenized BLEU with their signatures),
     replacing an earlier score of the same translations."""
-    record = load(run_dir)
-    scores = [s for s in record.get("scores", []) if s.get("hyp") != report.get("hyp")]
-    scores.append(report)
-    record["scores"] = scores
-    save(run_dir, record)
+    record = RunRecord.load(run_dir)
+    record.scores = [s for s in record.scores or [] if s.hyp != score.hyp] + [score]
+    record.save(run_dir)
 
 
 def checkpoint_key(run_dir: Path, checkpoint: Path) -> str:

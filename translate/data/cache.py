@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +19,11 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 
 from translate.core.errors import DamagedCache
+from translate.data.report import REPORT, DataReport, FileRecord
 from translate.data.vocabulary import Vocabulary
 
 FORMAT_VERSION = 3  # 3: the report records each file's size and checksum
 SIDES = ("src", "tgt")
-REPORT = "report.json"  # written last: marks a folder complete
 VOCABULARY = "vocabulary.model"
 
 
@@ -73,15 +72,16 @@ class SplitWriter:
         self.folder, self.name, self.dtype, self.unk = folder, name, dtype, unk
         self.files = {side: open(folder / f"{name}.{side}_tokens.bin", "wb") for side in SIDES}
         self.lengths: Dict[str, List[np.ndarray]] = {side: [] for side in SIDES}
-        self.counts = {"tokens_src": 0, "tokens_tgt": 0, "unk_src": 0, "unk_tgt": 0}
+        self.tokens = {side: 0 for side in SIDES}
+        self.unknown = {side: 0 for side in SIDES}
 
     def add(self, side: str, sequences: List[List[int]]) -> None:
         lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
         flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=self.dtype, count=int(lengths.sum()))
         flat.tofile(self.files[side])
         self.lengths[side].append(lengths)
-        self.counts[f"tokens_{side}"] += int(flat.size)
-        self.counts[f"unk_{side}"] += int(np.count_nonzero(flat == self.unk))
+        self.tokens[side] += int(flat.size)
+        self.unknown[side] += int(np.count_nonzero(flat == self.unk))
 
     def close(self) -> None:
         for side in SIDES:
@@ -100,7 +100,7 @@ class PreparedData:
     vocabulary: Vocabulary
     train: EncodedSplit
     valid: Optional[EncodedSplit]
-    report: Dict
+    report: DataReport
 
 
 def is_complete(folder: Path) -> bool:
@@ -120,10 +120,10 @@ def exclusive(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def file_records(folder: Path) -> Dict[str, Dict[str, object]]:
+def file_records(folder: Path) -> Dict[str, FileRecord]:
     """Each file of a cache folder but its report: its size in bytes and its xxh3-64 checksum
     (a pass over the files at memory speed: about 0.1 s for a 1M-pair cache)."""
-    return {path.name: {"bytes": path.stat().st_size, "xxh3_64": _checksum(path)}
+    return {path.name: FileRecord(bytes=path.stat().st_size, xxh3_64=_checksum(path))
             for path in sorted(folder.iterdir()) if path.is_file() and path.name != REPORT}
 
 
@@ -137,32 +137,28 @@ def _checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(folder: Path, report: Dict) -> None:
+def verify(folder: Path, report: DataReport) -> None:
     """Every file the report records is there with its size and checksum: else DamagedCache,
     naming the folder and the first file that differs (a cut, a damaged byte, a missing file)."""
-    records = report.get("files")
-    if not isinstance(records, dict) or not records:
+    if not report.files:
         raise DamagedCache(f"token cache {folder} is damaged: its report records no files")
-    for name, record in records.items():
+    for name, record in report.files.items():
         path = folder / name
         if not path.is_file():
             raise DamagedCache(f"token cache {folder} is damaged: {name} is missing")
         size = path.stat().st_size
-        if size != record["bytes"]:
+        if size != record.bytes:
             raise DamagedCache(f"token cache {folder} is damaged: {name} has {size:,} bytes, its report says "
-                               f"{record['bytes']:,}")
-        if _checksum(path) != record["xxh3_64"]:
+                               f"{record.bytes:,}")
+        if _checksum(path) != record.xxh3_64:
             raise DamagedCache(f"token cache {folder} is damaged: {name} does not match its checksum")
 
 
 def load(folder: Path) -> PreparedData:
     """The vocabulary and encoded splits of a complete cache folder, verified against its report
     first (DamagedCache where they differ: nothing is trained on a cache that does not match)."""
-    try:
-        report = json.loads((folder / REPORT).read_text())
-    except ValueError:
-        raise DamagedCache(f"token cache {folder} is damaged: its {REPORT} cannot be read") from None
+    report = DataReport.load(folder)
     verify(folder, report)
     vocabulary = Vocabulary((folder / VOCABULARY).read_bytes())
-    valid = EncodedSplit.load(folder, "valid", report["dtype"]) if "valid" in report else None
-    return PreparedData(folder, vocabulary, EncodedSplit.load(folder, "train", report["dtype"]), valid, report)
+    valid = EncodedSplit.load(folder, "valid", report.dtype) if report.valid is not None else None
+    return PreparedData(folder, vocabulary, EncodedSplit.load(folder, "train", report.dtype), valid, report)

@@ -13,17 +13,18 @@ import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
 from translate.core import paths
 from translate.core.config import DataConfig
-from translate.data.cache import (FORMAT_VERSION, REPORT, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
+from translate.data.cache import (FORMAT_VERSION, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
                                   is_complete, load)
 from translate.core.errors import DamagedCache, MissingSplit, TranslateError
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.progress import Progress
+from translate.data.report import DataReport, SplitCounts, TestOverlap
 from translate.data.vocabulary import Vocabulary
 
 warn = logging.getLogger(__name__).warning
@@ -83,21 +84,7 @@ def prepare(data: DataConfig, log=print) -> PreparedData:
 def write_report(data: PreparedData, destination: Path) -> None:
     """The data report (pairs kept and dropped, tokens, vocabulary), written atomically."""
     with paths.atomic_write(destination) as file:
-        file.write(json.dumps(data.report, indent=2) + "\n")
-
-
-def summary(report: Dict) -> str:
-    """One readable paragraph of the data report."""
-    train = report["train"]
-    dropped = ", ".join(f"{train[k]:,} {k.replace('_', ' ')}" for k in ("empty", "too_long", "ratio"))
-    line = (f"training pairs: {train['pairs']:,} read, {train['kept']:,} kept (dropped: {dropped}); "
-            f"tokens: {train['tokens_src']:,} source, {train['tokens_tgt']:,} target; "
-            f"vocabulary {report['vocab_size']:,}, coverage {report['coverage']:.4%}")
-    overlap = report.get("test_overlap")
-    if overlap:
-        line += (f"; test sentences also in training: {overlap['source']:,} source, "
-                 f"{overlap['target']:,} target of {overlap['sentences']:,}")
-    return line
+        file.write(data.report.text() + "\n")
 
 
 def _optional_split(data: DataConfig, split: str) -> Optional[ParallelCorpus]:
@@ -121,35 +108,31 @@ def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optiona
     one line, and nothing of the staging folder is kept."""
     with paths.atomic_folder(folder, "the token cache") as staging:
         report = _encode_splits(staging, data, train, valid, log)
-        report["files"] = file_records(staging)
-        (staging / REPORT).write_text(json.dumps(report, indent=2))  # last: marks the folder complete
-    log(summary(report))
+        report.save(staging)  # last: marks the folder complete
+    log(report.summary())
 
 
 def _encode_splits(staging: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus],
-                   log) -> Dict:
-    """The vocabulary and the encoded training and dev splits in `staging`; returns the report."""
+                   log) -> DataReport:
+    """The vocabulary and the encoded training and dev splits in `staging`; returns their report."""
     if data.spm_model:
         vocabulary = Vocabulary(_read_spm_model(data.spm_model))
     else:
         vocabulary = Vocabulary.train(_both_sides(train), data.vocab_size, data.vocab_type, sample_size=data.vocab_sample)
     (staging / VOCABULARY).write_bytes(vocabulary.model_bytes)
     dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
-    report: Dict = {"vocab_size": len(vocabulary), "specials": vocabulary.specials.as_dict(), "dtype": dtype.name,
-                    "settings": asdict(data)}
     test = _optional_split(data, "test")
     test_sets = _sentence_sets(test) if test is not None else None
-    report["train"], overlap = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
+    counts, (source, target) = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
                                        log=log)
-    if report["train"]["kept"] == 0:
+    if counts.kept == 0:
         raise TranslateError(f"{train.description}: no pair left after cleaning")
-    if valid is not None:
-        report["valid"], _ = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)
-    train_tokens = report["train"]["tokens_src"] + report["train"]["tokens_tgt"]
-    report["coverage"] = 1 - (report["train"]["unk_src"] + report["train"]["unk_tgt"]) / max(1, train_tokens)
-    if test_sets is not None:
-        report["test_overlap"] = {"sentences": len(test), **overlap}
-    return report
+    valid_counts = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)[0] if valid is not None else None
+    overlap = TestOverlap(sentences=len(test), source=source, target=target) if test_sets is not None else None
+    unknown, tokens = counts.unk_src + counts.unk_tgt, counts.tokens_src + counts.tokens_tgt
+    return DataReport(vocab_size=len(vocabulary), specials=vocabulary.specials.as_dict(), dtype=dtype.name,
+                      settings=asdict(data), train=counts, valid=valid_counts, coverage=1 - unknown / max(1, tokens),
+                      test_overlap=overlap, files=file_records(staging))
 
 
 def _both_sides(corpus: ParallelCorpus) -> Iterator[str]:
@@ -172,36 +155,38 @@ def _encode(
     clean: bool,
     test_sets: Optional[Tuple[Set[str], Set[str]]] = None,
     log=None,
-) -> Tuple[Dict, Dict]:
+) -> Tuple[SplitCounts, Tuple[int, int]]:
     """Encode chunk by chunk into folder/name.*; training pairs with an empty side, a side over
-    data.max_length tokens, or sides more than data.max_length_ratio apart are dropped."""
+    data.max_length tokens, or sides more than data.max_length_ratio apart are dropped. Returns
+    the split's counts, and how many of its source and target sentences are in `test_sets`."""
     writer = SplitWriter(folder, name, dtype, vocabulary.specials.unk)
-    counts = {"pairs": 0, "kept": 0, "empty": 0, "too_long": 0, "ratio": 0}
-    overlap = {"source": 0, "target": 0}
+    counts = SplitCounts()
+    overlap = [0, 0]  # source, target
     progress = Progress(len(corpus), f"encoding {name}", log) if log is not None else None
     for src, tgt in corpus.chunks(20000):
         if test_sets is not None:
-            overlap["source"] += sum(s.strip() in test_sets[0] for s in src)
-            overlap["target"] += sum(t.strip() in test_sets[1] for t in tgt)
+            overlap[0] += sum(s.strip() in test_sets[0] for s in src)
+            overlap[1] += sum(t.strip() in test_sets[1] for t in tgt)
         src_ids, tgt_ids = vocabulary.to_ids(src), vocabulary.to_ids(tgt)
-        counts["pairs"] += len(src_ids)
+        counts.pairs += len(src_ids)
         if clean:
             keep = _clean(src_ids, tgt_ids, data, counts)
             src_ids = [ids for ids, k in zip(src_ids, keep) if k]
             tgt_ids = [ids for ids, k in zip(tgt_ids, keep) if k]
-        counts["kept"] += len(src_ids)
+        counts.kept += len(src_ids)
         writer.add("src", src_ids)
         writer.add("tgt", tgt_ids)
         if progress is not None:
-            progress.update(counts["pairs"] - progress.done)
+            progress.update(counts.pairs - progress.done)
     if progress is not None:
         progress.close()
     writer.close()
-    counts.update(writer.counts)
-    return counts, overlap
+    counts.tokens_src, counts.tokens_tgt = writer.tokens["src"], writer.tokens["tgt"]
+    counts.unk_src, counts.unk_tgt = writer.unknown["src"], writer.unknown["tgt"]
+    return counts, (overlap[0], overlap[1])
 
 
-def _clean(src_ids: List[List[int]], tgt_ids: List[List[int]], data: DataConfig, counts: Dict) -> np.ndarray:
+def _clean(src_ids: List[List[int]], tgt_ids: List[List[int]], data: DataConfig, counts: SplitCounts) -> np.ndarray:
     """Which pairs of a chunk to keep; counts the dropped ones by their first reason."""
     src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(src_ids))
     tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(tgt_ids))
@@ -211,7 +196,7 @@ def _clean(src_ids: List[List[int]], tgt_ids: List[List[int]], data: DataConfig,
     if data.max_length_ratio > 0:
         longer, shorter = np.maximum(src_len, tgt_len), np.maximum(np.minimum(src_len, tgt_len), 1)
         ratio = ~empty & ~too_long & (longer > data.max_length_ratio * shorter)
-    counts["empty"] += int(empty.sum())
-    counts["too_long"] += int(too_long.sum())
-    counts["ratio"] += int(ratio.sum())
+    counts.empty += int(empty.sum())
+    counts.too_long += int(too_long.sum())
+    counts.ratio += int(ratio.sum())
     return ~(empty | too_long | ratio)

@@ -2,42 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from translate.core.config import DecodeConfig
+from translate.core.run_record import RunRecord
 
 
-def _data_lines(record: Dict[str, Any], vocabulary_size: int) -> List[str]:
-    data = record.get("data")
+def _data_lines(record: RunRecord, vocabulary_size: int) -> List[str]:
+    data = record.data
     if not data:
         return [f"- Vocabulary: {vocabulary_size:,} ids (sentencepiece). No run record: data unknown."]
-    vocabulary = data["vocabulary"]
-    origin = f"the given sentencepiece model `{vocabulary['given']}`" if vocabulary.get("given") else "trained on the data"
-    return [f"- Data: `{data['source']}`" + (f" ({data['name']})" if data.get("name") else "")
-            + f": {data['train_pairs_kept']:,} training pairs after cleaning (of {data['train_pairs']:,}), "
-            f"{data['train_tokens']['source']:,} source and {data['train_tokens']['target']:,} target tokens",
-            f"- Vocabulary: {vocabulary['size']:,} ids, joint sentencepiece model ({origin}); special ids "
-            + ", ".join(f"{k} {v}" for k, v in vocabulary["specials"].items())]
+    vocabulary, tokens = data.vocabulary, data.train_tokens
+    origin = f"the given sentencepiece model `{vocabulary.given}`" if vocabulary.given else "trained on the data"
+    return [f"- Data: `{data.source}`" + (f" ({data.name})" if data.name else "")
+            + f": {data.train_pairs_kept:,} training pairs after cleaning (of {data.train_pairs:,}), "
+            f"{tokens.source:,} source and {tokens.target:,} target tokens",
+            f"- Vocabulary: {vocabulary.size:,} ids, joint sentencepiece model ({origin}); special ids "
+            + ", ".join(f"{k} {v}" for k, v in vocabulary.specials.items())]
 
 
-def _training_lines(record: Dict[str, Any]) -> List[str]:
-    training, model = record.get("training"), record.get("model")
+def _training_lines(record: RunRecord) -> List[str]:
+    training, model = record.training, record.model
     lines = []
     if model:
-        lines.append(f"- Model: Transformer (post-norm), {model['parameters']:,} parameters: {model['layers']}+"
-                     f"{model['layers']} layers, d_model {model['d_model']}, d_ff {model['d_ff']}, {model['heads']} heads")
+        shape = model.model_config()
+        lines.append(f"- Model: Transformer (post-norm), {model.parameters:,} parameters: {shape.layers}+"
+                     f"{shape.layers} layers, d_model {shape.d_model}, d_ff {shape.d_ff}, {shape.heads} heads")
     if training:
-        lines.append(f"- Training: {training['updates']:,} updates, {training['seconds'] / 3600:.2f} h on "
-                     f"{training['processes']} x {training['device']} ({training['precision']}), "
-                     f"{training['model_flops']:.3g} model FLOPs (summed over resumes)")
-    valid = record.get("valid")
+        lines.append(f"- Training: {training.updates:,} updates, {training.seconds / 3600:.2f} h on "
+                     f"{training.processes} x {training.device} ({training.precision}), "
+                     f"{training.model_flops:.3g} model FLOPs (summed over resumes)")
+    valid = record.valid
     if valid:
-        lines.append(f"- Last validation (update {valid['update']:,}): "
-                     + ", ".join(f"{k} {v:.3f}" for k, v in valid.items() if k != "update"))
+        lines.append(f"- Last validation (update {valid.update:,}): "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in valid.metrics.items()))
     return lines
 
 
-def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabulary_size: int, parameters: int,
+def model_card(record: RunRecord, languages: Optional[List[str]], vocabulary_size: int, parameters: int,
                decode: DecodeConfig, *, longest_source: int, lowercase: bool = False,
                length_penalty_origin: str = "the configuration's") -> str:
     """Markdown: languages, data, vocabulary, model, training, scores, the commands that
@@ -50,12 +52,11 @@ def model_card(record: Dict[str, Any], languages: Optional[List[str]], vocabular
              f'A Transformer of "Attention Is All You Need" trained with `translate`, {parameters:,} parameters, '
              f"exported as a MarianMTModel.", ""]
     lines += _data_lines(record, vocabulary_size) + _training_lines(record)
-    scores = record.get("scores", [])
-    if scores:
+    if record.scores:
         lines += ["", "## Scores (`translate bleu`)", ""]
-        for score in scores:
-            lines += [f"`{score['hyp']}` ({score['lines']:,} lines):", "", "```", score["text"], "```", ""]
-    commands = record.get("commands", [])
+        for score in record.scores:
+            lines += [f"`{score.hyp}` ({score.lines:,} lines):", "", "```", score.text, "```", ""]
+    commands = record.commands or []
     if commands:
         overrides = commands[-1].split(" ", 2)[2] if commands[-1].count(" ") >= 2 else ""  # after `translate train`
         lines += ["", "## Reproduce", "", "```bash", *commands, f"translate decode {overrides}".strip(),

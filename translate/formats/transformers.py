@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from translate.core import run_record
+from translate.core.run_record import RunRecord
 from translate.core.config import DecodeConfig, ModelConfig
 from translate.core.errors import TranslateError
 from translate.data.vocabulary import Vocabulary
@@ -141,7 +141,7 @@ def write_transformers(translator, folder: Path, decoding: Decoding, run_dir: Pa
     model.generation_config = generation_config(vocabulary, decode)
     model.save_pretrained(str(folder), safe_serialization=True)
     write_tokenizer(vocabulary, folder, translator.languages)
-    card = model_card(run_record.load(run_dir), translator.languages, len(vocabulary),
+    card = model_card(RunRecord.load(run_dir), translator.languages, len(vocabulary),
                       translator.model.num_parameters(), decode, longest_source=LONGEST_SOURCE,
                       lowercase=translator.lowercase, length_penalty_origin=decoding.length_penalty_origin)
     (folder / "README.md").write_text(card, encoding="utf-8")

@@ -25,11 +25,30 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class Activity:
+    """What this process is doing (a phase of the loop, cheap to set at each), for the watchdog,
+    which tells the other processes: they name it if this process stalls."""
+
+    what: str = "starting"
+    changed: threading.Event = field(default_factory=threading.Event)  # the watchdog's thread waits on it
+
+    def doing(self, what: str) -> None:
+        self.what = what
+        self.changed.set()  # the watchdog's thread tells the others now, not at its next beat
+
+
+@dataclass
 class Context:
+    """This process in its job: who it is, its device, the groups its collectives go through, and
+    what it is doing."""
+
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    job: int = 0  # process groups this process has joined, this job's included (a multirun sweep joins one per job)
+    host_group: Any = field(default=None, repr=False, compare=False)  # gloo beside NCCL, for numbers the host holds
+    activity: Activity = field(default_factory=Activity, repr=False, compare=False)
 
     @property
     def is_main(self) -> bool:
@@ -82,7 +101,6 @@ def _submitit_launch() -> Optional[Launch]:
 
 def init(timeout_minutes: float = 30.0) -> Context:
     """Join the process group torchrun or submitit describes (if any) and pick this process's device."""
-    global _host_group
     timeout = timedelta(minutes=timeout_minutes)
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
@@ -100,37 +118,42 @@ def init(timeout_minutes: float = 30.0) -> Context:
     device = torch.device("cuda", gpu) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    host_group = None
     if world_size > 1 and not dist.is_initialized():
-        _init_process_group(backend, timeout, rank, world_size)
+        _init_process_group(backend, timeout, rank, world_size, _PROCESS.groups_joined)
+        _PROCESS.groups_joined += 1
         # Host numbers (token counts, stop flags) go through gloo: summed through NCCL they
         # would have to be copied to the GPU and back, and the host would wait for its queue.
-        _host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+        host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     rank = dist.get_rank() if dist.is_initialized() else rank
-    return Context(rank, world_size, local_rank, device)
+    return Context(rank, world_size, local_rank, device, job=_PROCESS.groups_joined, host_group=host_group)
 
 
-_joined = 0  # process groups this process has joined: one per job of a multirun sweep
-_doing = "starting"  # what this process is doing (doing()), for the watchdog
-changed = threading.Event()  # set by doing(): the watchdog's thread waits on it
-_host_group = None  # gloo beside NCCL, for numbers the host holds
+@dataclass
+class _Process:
+    """What this process keeps from one job to the next (each job has a Context of its own)."""
+
+    groups_joined: int = 0  # process groups: one per job of a multirun sweep
 
 
-def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int) -> None:
-    """The default process group, from MASTER_ADDR/MASTER_PORT (env://).
+_PROCESS = _Process()
+
+
+def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int, before: int) -> None:
+    """The default process group, from MASTER_ADDR/MASTER_PORT (env://); `before`: the groups
+    this process joined before it.
 
     The first one as PyTorch makes it. A later one (the next job of a multirun sweep, in the
     same processes) gets a store prefix of its own: torchrun's store outlives the previous
     group, and PyTorch names the new one as it named that one, so the previous group's
     rendezvous keys would be read again (and the job would hang).
     """
-    global _joined
-    if _joined == 0:
+    if before == 0:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
     else:
         store, rank, world_size = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
-        store = dist.PrefixStore(f"translate-{_joined}/", store)
+        store = dist.PrefixStore(f"translate-{before}/", store)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-    _joined += 1
 
 
 # The host tensors handed to the collectives below, held here until the process group is left.
@@ -157,7 +180,7 @@ def all_sum(values: List[float], context: Context) -> List[float]:
         return list(values)
     tensor = torch.tensor(values, dtype=torch.float64)  # on the host: gloo (a second group beside NCCL)
     _hold(tensor)
-    dist.all_reduce(tensor, group=_host_group)
+    dist.all_reduce(tensor, group=context.host_group)
     return tensor.tolist()
 
 
@@ -168,10 +191,10 @@ def from_main(value: Any, context: Context) -> Any:
     payload = pickle.dumps(value) if context.is_main else b""
     size = torch.tensor([len(payload)], dtype=torch.int64)
     _hold(size)
-    dist.broadcast(size, src=0, group=_host_group)
+    dist.broadcast(size, src=0, group=context.host_group)
     data = torch.tensor(list(payload), dtype=torch.uint8) if context.is_main else torch.empty(int(size), dtype=torch.uint8)
     _hold(data)
-    dist.broadcast(data, src=0, group=_host_group)
+    dist.broadcast(data, src=0, group=context.host_group)
     return pickle.loads(data.numpy().tobytes())
 
 
@@ -183,38 +206,20 @@ def gather_objects(value: Any, context: Context) -> List[Any]:
     sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(context.world_size)]
     size = torch.tensor([len(payload)], dtype=torch.int64)
     _hold(size, *sizes)
-    dist.all_gather(sizes, size, group=_host_group)
+    dist.all_gather(sizes, size, group=context.host_group)
     longest = int(max(s.item() for s in sizes))
     data = torch.zeros(longest, dtype=torch.uint8)
     data[: len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
     gathered = [torch.empty(longest, dtype=torch.uint8) for _ in range(context.world_size)]
     _hold(data, *gathered)
-    dist.all_gather(gathered, data, group=_host_group)
+    dist.all_gather(gathered, data, group=context.host_group)
     return [pickle.loads(g[: int(s.item())].numpy().tobytes()) for g, s in zip(gathered, sizes)]
 
 
-def doing(what: str) -> None:
-    """What this process is doing now (the watchdog tells the other processes, which name it if
-    this process stalls): a phase of the loop, cheap to set at each."""
-    global _doing
-    _doing = what
-    changed.set()  # the watchdog's thread tells the others now, not at its next beat
-
-
-def activity() -> str:
-    return _doing
-
-
-def joined() -> int:
-    """Process groups this process has joined so far (a multirun sweep joins one per job)."""
-    return _joined
-
-
-def shutdown(seconds: float = 60.0) -> None:
+def shutdown(context: Context, seconds: float = 60.0) -> None:
     """Leave the process group, waiting at most `seconds`: a peer that has gone may leave the
     destruction waiting on it, and the process must still end."""
-    global _host_group
-    _host_group = None
+    context.host_group = None
     if dist.is_initialized():
         within(seconds, "leaving the process group", dist.destroy_process_group)
     _held.clear()  # the group's threads are gone (or left behind): these are Python's alone

@@ -14,9 +14,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from translate.core import paths, run_record
+from translate.core.run_record import (Compute, DataFacts, ModelFacts, RunRecord, Target, TrainingTotals, TrainTokens,
+                                       Validation, VocabularyFacts)
 from translate.core.config import ModelConfig, TranslateConfig, to_plain
 from translate.data.cache import PreparedData
 from translate.model import Transformer
@@ -34,20 +36,20 @@ log = logging.getLogger(__name__)
 class Monitor:
     """The run's log lines, TensorBoard, progress bar and run record.
 
-    record: what the run record says of the run itself (settings, data, model); previous: the
-    training seconds and FLOPs of the runs this one resumes, which the record adds to;
+    record: what the run record says of the run itself (settings, data, model, the command);
+    previous: the training compute of the runs this one resumes, which the record adds to;
     time_limit: the run's, whose projected end the progress bar ends at."""
 
     def __init__(self, cfg: TranslateConfig, context: distributed.Context, accounting: Accounting, *,
-                 record: Dict[str, Any], previous: Dict[str, float], time_limit: TimeLimit, precision: str):
+                 record: RunRecord, previous: Compute, time_limit: TimeLimit, precision: str):
         self.cfg, self.context, self.accounting = cfg, context, accounting
         self.run_dir = Path(cfg.run_dir)
         self.record_parts, self.previous, self.precision = record, previous, precision
         self.started = self.window_start = time.monotonic()  # this run's start; the log window's
         self.time_limit = time_limit
         self.window, self.totals = StepStats(), StepStats()  # since the last log line; this whole run
-        self.last_valid: Optional[Dict[str, float]] = None  # the last validation's metrics
-        self.target: Optional[Dict[str, float]] = None  # when train.target_bleu was reached
+        self.last_valid: Optional[Validation] = None  # the last validation's metrics
+        self.target: Optional[Target] = None  # when train.target_bleu was reached
         self.writer = _summary_writer(paths.tensorboard(self.run_dir)) if context.is_main else None
         self.progress = _progress_bar(cfg.train.max_steps, time_limit.first_update) if context.is_main else None
 
@@ -85,7 +87,7 @@ class Monitor:
         """A validation's metrics (main process): TensorBoard, a few translations of the dev
         sentences `dev`, a log line."""
         metrics, hypotheses, improved = result.metrics, result.hypotheses, result.improved
-        self.last_valid = {"update": updates, **metrics}
+        self.last_valid = Validation(update=updates, metrics=dict(metrics))
         for name, value in metrics.items():
             self.writer.add_scalar(f"dev/{name}", value, updates)
         if hypotheses:
@@ -100,27 +102,29 @@ class Monitor:
         this process's start (start-up included), and the training compute to it over every run
         of this run_dir (as of the last log line)."""
         totals = self._totals()
-        self.target = {"target_bleu": target, "bleu": bleu, "update": updates, "process_seconds": seconds_since_process_start(),
-                       "training_seconds": totals["seconds"], "target_tokens": totals["target_tokens"],
-                       "model_flops": totals["model_flops"]}
+        self.target = Target(target_bleu=target, bleu=bleu, update=updates, process_seconds=seconds_since_process_start(),
+                             training_seconds=totals.seconds, target_tokens=totals.target_tokens,
+                             model_flops=totals.model_flops)
         log.info(f"update {updates}: dev BLEU {bleu:.2f} reached train.target_bleu={target} after "
-                 f"{self.target['process_seconds'] / 60:.1f} min")
+                 f"{self.target.process_seconds / 60:.1f} min")
 
     def record(self, updates: int, skipped: int) -> None:
         """The run record's training part, as of the checkpoint just written (main process)."""
-        training = {"updates": updates, **self._totals(), "skipped_updates": skipped,
-                    "device": str(self.context.device), "processes": self.context.world_size,
-                    "precision": self.precision}
-        run_record.record_training(self.run_dir, **self.record_parts, training=training, valid=self.last_valid,
+        totals = self._totals()
+        training = TrainingTotals(updates=updates, seconds=totals.seconds, model_flops=totals.model_flops,
+                                  target_tokens=totals.target_tokens, skipped_updates=skipped,
+                                  device=str(self.context.device), processes=self.context.world_size,
+                                  precision=self.precision)
+        run_record.record_training(self.run_dir, self.record_parts, training=training, valid=self.last_valid,
                                    target=self.target)
 
-    def _totals(self) -> Dict[str, float]:
-        """Training seconds, model FLOPs and target tokens over every run of this run_dir so far
-        (this run's compute as of its last log line)."""
+    def _totals(self) -> Compute:
+        """Training seconds, model FLOPs and target tokens (whole) over every run of this
+        run_dir so far (this run's compute as of its last log line)."""
         tokens = self.accounting.done / self.accounting.flops_per_token
-        return {"seconds": self.previous["seconds"] + time.monotonic() - self.started,
-                "model_flops": self.previous["model_flops"] + self.accounting.done,
-                "target_tokens": round(self.previous.get("target_tokens", 0.0) + tokens)}
+        return Compute(seconds=self.previous.seconds + time.monotonic() - self.started,
+                       model_flops=self.previous.model_flops + self.accounting.done,
+                       target_tokens=round(self.previous.target_tokens + tokens))
 
     def report(self, updates: int, last_path: Path) -> None:
         """The run's last log line: throughput, padding and loss over all its updates."""
@@ -169,18 +173,14 @@ def _summary_writer(folder: Path):
 
 
 def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, model_cfg: ModelConfig,
-                 command: str) -> Dict[str, Any]:
+                 command: str) -> RunRecord:
     """What the run record says of the run itself: its settings, data and model, and the command
     that trains it."""
-    report, settings = data.report, cfg.data
-    return {
-        "settings": to_plain(cfg),
-        "data": {"source": settings.path or settings.train, "name": settings.name,
-                 "languages": [settings.src_lang, settings.tgt_lang], "train_pairs": report["train"]["pairs"],
-                 "train_pairs_kept": report["train"]["kept"],
-                 "train_tokens": {"source": report["train"]["tokens_src"], "target": report["train"]["tokens_tgt"]},
-                 "vocabulary": {"size": report["vocab_size"], "given": settings.spm_model,
-                                "specials": data.vocabulary.specials.as_dict()}},
-        "model": {"parameters": model.num_parameters(), **to_plain(model_cfg)},
-        "command": command,
-    }
+    train, settings = data.report.train, cfg.data
+    facts = DataFacts(source=settings.path or settings.train, name=settings.name,
+                      languages=[settings.src_lang, settings.tgt_lang], train_pairs=train.pairs,
+                      train_pairs_kept=train.kept, train_tokens=TrainTokens(source=train.tokens_src, target=train.tokens_tgt),
+                      vocabulary=VocabularyFacts(size=data.report.vocab_size, given=settings.spm_model,
+                                                 specials=data.vocabulary.specials.as_dict()))
+    return RunRecord(settings=to_plain(cfg), data=facts, model=ModelFacts(parameters=model.num_parameters(),
+                                                                          config=to_plain(model_cfg)), commands=[command])

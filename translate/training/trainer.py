@@ -182,10 +182,10 @@ class Trainer:
         learner.model.train()
         while state.updates < self.learner.schedule.last_update and not self.between_updates():
             batches = self.feed.next_update()  # about 25k source and 25k target tokens (5.1)
-            distributed.doing(f"update {state.updates + 1}: forward and backward")
+            self.context.activity.doing(f"update {state.updates + 1}: forward and backward")
             stats = train_step(learner.objective, batches, self.context, learner.precision.autocast,
                                learner.precision.scaler)  # teacher forcing, label-smoothed loss (5.4), backward
-            distributed.doing(f"update {state.updates + 1}: the optimizer step")
+            self.context.activity.doing(f"update {state.updates + 1}: the optimizer step")
             grad_norm, lr = apply_update(learner.model, learner.optimizer, learner.schedule, learner.precision.scaler,
                                          cfg.optim.clip_norm)  # Adam at the schedule's rate (5.3)
             self.queued.append(QueuedUpdate(stats, grad_norm, lr))
@@ -272,7 +272,7 @@ class Trainer:
         averaging); numbered ones beyond checkpoint.keep_last are deleted. Then the run record."""
         self.settle()  # the weights hold every queued update: count them all
         state, run_dir = self.state, Path(self.cfg.run_dir)
-        distributed.doing(f"saving the checkpoint of update {state.updates}")
+        self.context.activity.doing(f"saving the checkpoint of update {state.updates}")
         state.last_saved, state.saved_at = time.monotonic(), state.updates
         states = resume.gather_process_states(self.context, self.feed.batches)
         if not self.context.is_main:
@@ -291,8 +291,8 @@ class Trainer:
         whether to stop (valid.patience, train.target_bleu), agreed by all processes. Saves
         before stopping."""
         why, updates = None, self.state.updates
-        distributed.doing(f"validating after update {updates}" if self.context.is_main
-                          else f"waiting for rank 0's validation after update {updates}")
+        self.context.activity.doing(f"validating after update {updates}" if self.context.is_main
+                                    else f"waiting for rank 0's validation after update {updates}")
         if self.context.is_main:
             result = self.validator.run(self.learner.model, updates)
             self.monitor.dev(updates, result, self.validator.dev, self.validator.tracker.best)
@@ -315,7 +315,7 @@ class Trainer:
         a stop signal (save, then raise), the end of an epoch on the main process's stream (its
         checkpoint, checkpoint.every_epochs), train.max_minutes (returns True: stop)."""
         received = self.stop_signals.received
-        distributed.doing(f"agreeing with the others after update {self.state.updates}")
+        self.context.activity.doing(f"agreeing with the others after update {self.state.updates}")
         main = self.context.is_main  # the main process's stream decides: the shards of an epoch may differ by a batch
         ended, epochs = (float(self.feed.ended_epoch), float(self.feed.epochs)) if main else (0.0, 0.0)
         seen = [float(received is not None), float(self.state.time_limit.reached()), ended, epochs]

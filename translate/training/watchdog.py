@@ -55,15 +55,17 @@ class Peer:
 class Watchdog:
     """Heartbeats through the job's store, in a thread of each process of a distributed job.
 
-    What this process is doing, the beats carry from distributed.doing(), which the trainer
-    sets at each phase. stalled() is the line for a peer that has not beaten for `timeout`
+    What this process is doing, the beats carry from its Activity (the Context's), which the
+    trainer sets at each phase. stalled() is the line for a peer that has not beaten for `timeout`
     seconds, if any; the thread itself ends the process with that line (STALLED_EXIT), since
     the main thread may be waiting inside a collective that never returns. explain() names the
     peer behind a collective that failed (a closed connection: a process that died)."""
 
-    def __init__(self, store: dist.Store, rank: int, world_size: int, timeout: float, interval: float = 1.0):
+    def __init__(self, store: dist.Store, rank: int, world_size: int, timeout: float, interval: float = 1.0,
+                 activity: Optional[distributed.Activity] = None):
         self.store, self.rank, self.world_size = store, rank, world_size
         self.timeout, self.interval = timeout, interval
+        self.activity = activity if activity is not None else distributed.Activity()
         self.peers: Dict[int, Peer] = {r: Peer(heard=time.monotonic()) for r in range(world_size) if r != rank}
         self.beat = 0
         self.failure: Dict[str, str] = {}  # this process's error, in its beats once it has one
@@ -71,13 +73,15 @@ class Watchdog:
         self.thread = threading.Thread(target=self._run, name="translate-watchdog", daemon=True)
 
     @classmethod
-    def for_job(cls, job: int, rank: int, world_size: int, timeout: float) -> "Watchdog":
-        """A watchdog on a connection of its own to the job's store (MASTER_ADDR:MASTER_PORT, which
-        torchrun's agent or rank 0 serves), its keys apart for each job of a sweep."""
+    def for_job(cls, context: distributed.Context, timeout: float) -> "Watchdog":
+        """The watchdog of this process of the job, on a connection of its own to the job's store
+        (MASTER_ADDR:MASTER_PORT, which torchrun's agent or rank 0 serves), its keys apart for
+        each job of a sweep."""
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(timeout, 30.0)),
                               wait_for_workers=False)
-        return cls(dist.PrefixStore(f"translate-watchdog-{job}/", store), rank, world_size, timeout)
+        return cls(dist.PrefixStore(f"translate-watchdog-{context.job}/", store), context.rank, context.world_size,
+                   timeout, activity=context.activity)
 
     def start(self) -> "Watchdog":
         self.thread.start()
@@ -87,7 +91,7 @@ class Watchdog:
         """Stop beating, and tell the others that this process is done (its silence from now on
         is no stall)."""
         self.stop.set()
-        distributed.changed.set()  # wakes the thread now
+        self.activity.changed.set()  # wakes the thread now
         self.thread.join(seconds)
         try:
             self.store.set(str(self.rank), json.dumps({"beat": self.beat + 1, "doing": "done", "done": True, **self.failure}))
@@ -99,8 +103,8 @@ class Watchdog:
         it, so that the others name it at once instead of waiting for its silence (or for
         torchrun's grace period)."""
         if not self.failure:
-            self.failure = {"failed": line, "failed_while": distributed.activity()}
-            distributed.changed.set()  # told now, not at the next beat
+            self.failure = {"failed": line, "failed_while": self.activity.what}
+            self.activity.changed.set()  # told now, not at the next beat
 
     def stalled(self) -> Optional[str]:
         """The line for the first peer silent for `timeout` seconds, or None."""
@@ -142,10 +146,10 @@ class Watchdog:
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         listened = 0.0
         while not self.stop.is_set():
-            distributed.changed.clear()
+            self.activity.changed.clear()
             try:
                 self.beat += 1
-                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": distributed.activity(), **me,
+                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": self.activity.what, **me,
                                                            **self.failure}))
                 if time.monotonic() - listened >= self.interval:
                     self._listen()
@@ -155,7 +159,7 @@ class Watchdog:
             found = self._silent()
             if found is not None and not self.stop.is_set():
                 self._end(self._stall_line(*found), found[1])
-            distributed.changed.wait(self.interval)  # a beat a second, and one at each change of phase
+            self.activity.changed.wait(self.interval)  # a beat a second, and one at each change of phase
 
     def _listen(self) -> None:
         """Read the others' beats; a counter that moved is a peer heard now."""

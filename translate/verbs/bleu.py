@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from translate.core import paths, run_record
+from translate.core.run_record import Score
 from translate.core.choices import LiteratureBleu
 from translate.core.config import DataConfig, TranslateConfig
 from translate.core.errors import TranslateError
@@ -145,9 +146,9 @@ def bleu(cfg: TranslateConfig) -> float:
     print(json.dumps(report) if settings.format == "json" else format_text(report))
     run_dir = Path(cfg.run_dir).resolve()
     if hyp.resolve().is_relative_to(run_dir):  # the run's own decode: its record keeps the score
-        run_record.record_score(run_dir, {"hyp": str(hyp.resolve().relative_to(run_dir)), "lines": report["lines"],
-                                          "variant": report["variant"], "scores": report["scores"],
-                                          "text": format_text({**report, "significance": None})})
+        run_record.record_score(run_dir, Score(hyp=str(hyp.resolve().relative_to(run_dir)), lines=report["lines"],
+                                               variant=report["variant"], scores=report["scores"],
+                                               text=format_text({**report, "significance": None})))
     return report["scores"]["sacrebleu"]["value"]
 
 

@@ -17,5 +17,5 @@ def prepare(cfg: TranslateConfig) -> Path:
     data = preparation.prepare(cfg.data, log=logging.getLogger("translate.verbs.prepare").info)
     destination = paths.data_report(Path(cfg.run_dir))
     preparation.write_report(data, destination)
-    print(preparation.summary(data.report) + f"\nreport: {destination}  cache: {data.folder}")
+    print(data.report.summary() + f"\nreport: {destination}  cache: {data.folder}")
     return destination

@@ -11,15 +11,15 @@ the number of seeds (n).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from translate.core import paths, run_record
+from translate.core import run_record
 from translate.core.choices import TableFormat
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError
+from translate.core.run_record import RunRecord
 
 # Settings that name where things are, not what was trained: never a column of their own.
 PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.checkpoint", "bleu.hyp", "bleu.ref",
@@ -46,34 +46,24 @@ def rows(runs: List[Path]) -> List[Dict[str, Any]]:
 
 def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     """One row per run: its differing settings, then what it cost and what it scored."""
-    records = [run_record.load(run) for run in runs]
-    settings = [dict(_leaves(record.get("settings", {}))) for record in records]
+    records = [RunRecord.load(run) for run in runs]
+    settings = [dict(_leaves(record.settings or {})) for record in records]
     keys = sorted(key for key in {key for s in settings for key in s} - set(PLACES) if not key.startswith(READERS))
     differing = [key for key in keys if len({json.dumps(s.get(key)) for s in settings}) > 1]
     table = []
     for run, record, setting in zip(runs, records, settings):
-        valid, training = record.get("valid") or {}, record.get("training", {})
-        test_bleu = _test_bleu(record, setting)
+        valid, training, model = record.valid, record.training, record.model
         row = {"run": str(run), **{key: setting.get(key) for key in differing},
-               "params": record.get("model", {}).get("parameters"), "updates": training.get("updates"),
-               "train_flops": training.get("model_flops"), "dev_loss": valid.get("loss"),
-               "dev_ppl": math.exp(valid["nll"]) if "nll" in valid else None, "dev_bleu": valid.get("bleu"),
-               "test_bleu": test_bleu}
-        if any("target" in r for r in records):  # train.target_bleu: the time to it, from the process start
-            target = record.get("target") or {}
-            row["target_minutes"] = target["process_seconds"] / 60 if target else None
-            row["target_updates"] = target.get("update")
+               "params": model.parameters if model else None, "updates": training.updates if training else None,
+               "train_flops": training.model_flops if training else None, "dev_loss": valid.loss if valid else None,
+               "dev_ppl": valid.perplexity if valid else None, "dev_bleu": valid.bleu if valid else None,
+               "test_bleu": record.test_bleu()}
+        if any(r.target is not None for r in records):  # train.target_bleu: the time to it, from the process start
+            target = record.target
+            row["target_minutes"] = target.process_seconds / 60 if target else None
+            row["target_updates"] = target.update if target else None
         table.append(row)
     return table
-
-
-def _test_bleu(record: Dict[str, Any], setting: Dict[str, Any]) -> Optional[float]:
-    """The sacreBLEU of the run's last scored decode of its test split (decode's default output,
-    decode/<decode.split>.<tgt_lang>); other files scored in its run_dir (a sweep's dev decodes,
-    say) are not its test score."""
-    test = str(paths.decoded(setting.get("decode.split", "test"), setting.get("data.tgt_lang", "de")))
-    found = [score for score in record.get("scores") or [] if score.get("hyp") == test]
-    return found[-1].get("scores", {}).get("sacrebleu", {}).get("value") if found else None
 
 
 def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -39,7 +39,7 @@ def train(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Path:
     watchdog, trainer = None, None
     try:
         if context.distributed and cfg.train.stall_timeout > 0:  # the processes watch each other
-            watchdog = Watchdog.for_job(distributed.joined(), context.rank, context.world_size, cfg.train.stall_timeout)
+            watchdog = Watchdog.for_job(context, cfg.train.stall_timeout)
             watchdog.start()
         _own(lock, context)
         trainer = Trainer.setup(cfg, context, (command or CommandLine("train")).text())
@@ -48,7 +48,7 @@ def train(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Path:
         except Exception as error:  # named while the stop signals are still caught
             _raise_named(error, watchdog)
         finally:
-            distributed.doing("ending the run")
+            context.activity.doing("ending the run")
             trainer.cleanup()
     except Exception as error:
         _raise_named(error, watchdog)
@@ -56,7 +56,7 @@ def train(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Path:
         if watchdog is not None:
             watchdog.close()
         lock.release()
-        distributed.shutdown()
+        distributed.shutdown(context)
         torch.set_num_threads(threads)
         package_log.setLevel(level)
         # Last: torchrun sends SIGTERM to every worker once one has died, and a SIGTERM taken
