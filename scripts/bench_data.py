@@ -60,8 +60,8 @@ from translate.hydra_cli import load_config
 cfg = load_config("prepare", sys.argv[1:])
 start = time.perf_counter()
 data = prepare(cfg.data, log=lambda _: None)
-print(json.dumps({"seconds": time.perf_counter() - start, "pairs": data.report["train"]["pairs"],
-                  "kept": data.report["train"]["kept"], "folder": str(data.folder),
+print(json.dumps({"seconds": time.perf_counter() - start, "pairs": data.report.train.pairs,
+                  "kept": data.report.train.kept, "folder": str(data.folder),
                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -127,7 +127,7 @@ def bench_batches(cache_folder: Path, batch_tokens: int) -> None:
     seconds = time.perf_counter() - started
     started = time.perf_counter()
     verify(cache_folder, data.report)
-    emit(measurement="cache_load", pairs=len(data.train), cache_mb=round(sum(r["bytes"] for r in data.report["files"].values()) / 2**20, 1),
+    emit(measurement="cache_load", pairs=len(data.train), cache_mb=round(sum(r.bytes for r in data.report.files.values()) / 2**20, 1),
          load_seconds=round(seconds, 3), verify_seconds=round(time.perf_counter() - started, 3))
     batches = token_batches(data.train.src_lengths, data.train.tgt_lengths, batch_tokens, seed=1, epoch=0)
     chosen = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))[:200]]

@@ -20,7 +20,6 @@ import re
 from pathlib import Path
 from typing import List
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
