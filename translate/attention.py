@@ -108,8 +108,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], *, causal: b
     """softmax(Q K^T / sqrt(d_k)) V over whole sequences (training, encoding): q (B, H, T, K),
     k (B, H, S, K), v (B, H, S, Kv), mask broadcastable to (B, H, T, S) True where allowed,
     or causal -> (B, H, T, Kv). torch's fused kernel, except in bf16 on CPUs: there its
-    backward ran 3x slower than in fp32 (torch 2.13), while the products written out run on
-    the CPU's bf16 units (AMX, AVX512-BF16) and the softmax stays in fp32."""
+    backward is slower than fp32's, while the products written out run on the CPU's bf16 units
+    (AMX, AVX512-BF16) and the softmax stays in fp32."""
     if q.dtype != torch.bfloat16 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
     weights = attention_probabilities(q, k, causal_mask(q, k) if causal and mask is None else mask)

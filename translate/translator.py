@@ -39,12 +39,10 @@ def decoding_products() -> Tuple[bool, bool]:
     (kernels.PackedWeight) instead of torch's MKL products: (the output projection, the
     layers'), chosen by the instructions torch dispatches to on this CPU, never by its vendor.
 
-    Measured on a Zen 4 EPYC (2 threads; rows x 256 in, 16 to 1024 rows), oneDNN against MKL:
-    the output projection (8,000 out) 1.2-2.0x with AVX-512 and 1.1-1.4x forced down to AVX2;
-    the layers' products (256, 768 and 1,024 out; 1,024 in) 1.05-1.35x with AVX-512 (0.8-1.0x
-    at 256 out and under 64 rows), but 0.65-1.1x at AVX2 (slower at 256 out). So: the output
-    projection on every x86 CPU torch runs oneDNN on, the layers' where it dispatches AVX-512.
-    Elsewhere (Arm, other builds) MKL's products, as training's."""
+    oneDNN's prepacked product wins for the wide output projection on every x86 CPU torch runs
+    oneDNN on, but for the narrower layers' products only where it dispatches AVX-512 (at AVX2
+    MKL's are as fast or faster: docs/results.md, "Decoding"). Elsewhere (Arm, other builds)
+    MKL's products, as training's."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False, False
     capability = torch.backends.cpu.get_cpu_capability()  # "AVX512", "AVX2" or "DEFAULT"; ATEN_CPU_CAPABILITY lowers it
