@@ -53,6 +53,27 @@ def test_bench_transformers_on_a_small_run(trained_run):
     assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0
 
 
+def test_bench_decode_process_on_a_small_run(trained_run):
+    """A warm-up pair and one measured pair of whole processes, ours and CTranslate2's, each a
+    JSON line with its own peak memory; then a summary per side and the ratio line."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    script = ROOT / "scripts" / "bench_decode_process.py"
+    command = [sys.executable, str(script), "--limit", "5", "--pairs", "1", "--threads", "1", "--override", *trained_run]
+    result = run(command, timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["measurement"] for r in records] == ["decode_process_ctranslate2", "decode_process_ours"] + \
+        ["decode_process_ours", "decode_process_ctranslate2", "decode_process_ours_summary",
+         "decode_process_ctranslate2_summary", "decode_process_ours_over_ctranslate2"]
+    runs = records[:4]
+    assert [r["warm_up"] for r in runs] == [True, True, False, False] and all(r["sentences"] == 5 for r in runs)
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 and r["target_tokens_per_s"] > 0 for r in runs)
+    # Each side's own peak (not the benchmark's, which imported torch): CTranslate2's is the smaller.
+    assert runs[3]["peak_mib"] < runs[2]["peak_mib"]
+    assert records[4]["wall_s"]["median"] == runs[2]["wall_s"]
+    assert records[-1]["length_penalty"]["same_formula"] is False and records[-1]["speed"] > 0
+
+
 def test_bench_decode_reads_the_anchors_decode_line():
     """run.sh decode's line is JSON, or carries its seconds unevaluated as round(END-START, 1)."""
     import importlib.util
