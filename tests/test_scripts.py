@@ -37,20 +37,42 @@ def test_torchrun_single_process_trains(tmp_path):
     assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
 
 
+def script_records(name: str, *args: str) -> list:
+    """Run scripts/NAME with ARGS to its end (exit 0): its JSON lines."""
+    result = run([sys.executable, str(ROOT / "scripts" / name), *args], timeout=300)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: a benchmark's own run
 def test_bench_transformers_on_a_small_run(trained_run):
     """The export timings, then ours and transformers' greedy search, one JSON line each."""
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
-    script = ROOT / "scripts" / "bench_transformers.py"
-    command = [sys.executable, str(script), "--limit", "20", "--rounds", "2", "--threads", "1", "--override", *trained_run]
-    result = run(command, timeout=300)
-    assert result.returncode == 0, result.stderr
-    records = [json.loads(line) for line in result.stdout.splitlines()]
+    records = script_records("bench_transformers.py", "--limit", "20", "--rounds", "2", "--threads", "1", "--override",
+                             *trained_run)
     assert [r["measurement"] for r in records] == ["import_transformers", "export_in_process", "export_cli_process"] + \
         ["greedy_ours", "greedy_transformers"] * 2 + ["greedy_summary"]
     assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
     summary = records[-1]
     assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0
+
+
+def test_bench_decode_process_on_a_small_run(trained_run):
+    """A warm-up pair and one measured pair of whole processes, ours and CTranslate2's, each a
+    JSON line with its own peak memory; then a summary per side and the ratio line."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    records = script_records("bench_decode_process.py", "--limit", "5", "--pairs", "1", "--threads", "1", "--override",
+                             *trained_run)
+    assert [r["measurement"] for r in records] == ["decode_process_ctranslate2", "decode_process_ours"] + \
+        ["decode_process_ours", "decode_process_ctranslate2", "decode_process_ours_summary",
+         "decode_process_ctranslate2_summary", "decode_process_ours_over_ctranslate2"]
+    runs = records[:4]
+    assert [r["warm_up"] for r in runs] == [True, True, False, False] and all(r["sentences"] == 5 for r in runs)
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 and r["target_tokens_per_s"] > 0 for r in runs)
+    # Each side's own peak (not the benchmark's, which imported torch): CTranslate2's is the smaller.
+    assert runs[3]["peak_mib"] < runs[2]["peak_mib"]
+    assert records[4]["wall_s"]["median"] == runs[2]["wall_s"]
+    assert records[-1]["length_penalty"]["same_formula"] is False and records[-1]["speed"] > 0
 
 
 def test_bench_decode_reads_the_anchors_decode_line():

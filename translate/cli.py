@@ -3,7 +3,8 @@
 Every verb composes the same tree (configs/common.yaml), so the verbs agree on run_dir; a verb
 with settings of its own has a primary config that adds them (plot.yaml, table.yaml). The verb functions take the typed
 TranslateConfig and know nothing of Hydra. Hydra's glue (composing, resolvers, rewriting the
-command line for sweeps and torchrun ranks) is hydra_cli.py; this module only calls hydra.main.
+command line for sweeps and torchrun ranks) is hydra_cli.py; this module only calls hydra.main
+(run_single for a plain run, which composes once).
 (Hydra's submitit launcher, which must live in the hydra_plugins package, is
 hydra_plugins/translate_launcher/.)
 """
@@ -30,6 +31,8 @@ from translate.hydra_cli import (
     job_run_dir,
     quiet_hydra_warnings,
     register,
+    run_single,
+    single_run,
     sweep_overrides,
     to_typed,
     with_overrides,
@@ -108,16 +111,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"translate: error: unknown verb '{verb}' (choose from {', '.join(VERBS)})", file=sys.stderr)
         sys.exit(2)
 
-    import hydra
-
-    problem = check_overrides(verb, overrides)
-    if problem:
-        print(f"translate {verb}: error: {problem}", file=sys.stderr)
-        sys.exit(1)
     register()
     quiet_hydra_warnings()
 
-    @hydra.main(config_path=str(CONFIG_DIR), config_name=config_name(verb), version_base="1.3")
     def task(cfg: DictConfig) -> None:
         try:
             typed = to_typed(cfg)
@@ -133,10 +129,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     extra = job_name(verb) + sweep_overrides(overrides)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, Hydra's files and logs come from rank 0 only
         extra += HYDRA_QUIET + ["hydra/hydra_logging=disabled"]
-    overrides = with_overrides(overrides, extra)
+    everything = with_overrides(overrides, extra)
     # Hydra reads sys.argv (the job, hence its folder and log file, is named by job_name).
-    sys.argv = [f"translate-{verb}"] + overrides
-    task()
+    sys.argv = [f"translate-{verb}"] + everything
+    if single_run(overrides):  # one composition where hydra.main takes three
+        problem = run_single(verb, everything, task)
+    else:
+        problem = check_overrides(verb, overrides)
+        if not problem:
+            import hydra
+
+            hydra.main(config_path=str(CONFIG_DIR), config_name=config_name(verb), version_base="1.3")(task)()
+    if problem:
+        print(f"translate {verb}: error: {problem}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

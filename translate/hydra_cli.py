@@ -9,12 +9,13 @@ Multirun (`-m`): every job of a sweep gets its own run_dir, `<run_dir>/<its swep
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -175,6 +176,18 @@ def sweep_overrides(overrides: List[str]) -> List[str]:
     return [f"hydra.job.config.override_dirname.exclude_keys=[{keys}]"]
 
 
+def _launcher_problem(verb: str, overrides: List[str]) -> Optional[str]:
+    launcher = next((arg for arg in _plain_overrides(overrides) if arg.startswith("hydra/launcher=")), None)
+    if launcher and not any(arg in ("--cfg", "-c", "--info", "-i") for arg in overrides):
+        return f"{launcher} takes effect in a multirun only: translate {verb} -m {launcher} ..."
+    return None
+
+
+def _run_dir_problem(cfg: TranslateConfig) -> Optional[str]:
+    problem = usable_folder(Path(cfg.run_dir))  # Hydra writes its files there before any verb runs
+    return f"run_dir {cfg.run_dir}: {problem}" if problem else None
+
+
 def check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     """Compose once up front so that a bad key or value, or a run_dir that cannot be written, is
     reported as one line.
@@ -184,15 +197,78 @@ def check_overrides(verb: str, overrides: List[str]) -> Optional[str]:
     """
     if _is_multirun(overrides):
         return None
-    plain = _plain_overrides(overrides)
-    launcher = next((arg for arg in plain if arg.startswith("hydra/launcher=")), None)
-    if launcher and not any(arg in ("--cfg", "-c", "--info", "-i") for arg in overrides):
-        return f"{launcher} takes effect in a multirun only: translate {verb} -m {launcher} ..."
+    problem = _launcher_problem(verb, overrides)
+    if problem:
+        return problem
     try:
-        cfg = load_config(verb, plain)
+        cfg = load_config(verb, _plain_overrides(overrides))
     except TranslateError as error:
         return str(error)
     except Exception as error:  # Hydra's composition errors: ConfigCompositionException & co.
         return _one_line(error)
-    problem = usable_folder(Path(cfg.run_dir))  # Hydra writes its files there before any verb runs
-    return f"run_dir {cfg.run_dir}: {problem}" if problem else None
+    return _run_dir_problem(cfg)
+
+
+def single_run(overrides: List[str]) -> bool:
+    """Whether the command line only asks for one job to run: no flag of Hydra's (-m, --cfg,
+    --help, ...) and no hydra.mode. Then run_single does hydra.main's work with one composition,
+    where check_overrides and hydra.main compose three times (hydra.main composes once to learn
+    the mode, then again to run)."""
+    return not any(arg.startswith("-") or arg.lstrip("+~").startswith("hydra.mode") for arg in overrides)
+
+
+def run_single(verb: str, overrides: List[str], task: Callable[[DictConfig], None]) -> Optional[str]:
+    """Compose the configuration once, check it as check_overrides does (the same one-line
+    problems), then run `task` as hydra.main runs one job (Hydra.run: the same search path, job
+    name, logging, output folder and Hydra files). Returns the problem, or None once the task ran.
+    `overrides` are all of them, the verb's own included (with_overrides)."""
+    from hydra import version
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import (
+        create_automatic_config_search_path,
+        detect_calling_file_or_module_from_task_function,
+        detect_task_name,
+        run_and_report,
+    )
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext, RunMode
+
+    problem = _launcher_problem(verb, overrides)
+    if problem:
+        return problem
+    version.setbase("1.3")
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
+    search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONFIG_DIR))
+    hydra = Hydra.create_main_hydra2(task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path)
+    name = config_name(verb)
+    try:
+        try:  # from_shell=False: Hydra's messages as check_overrides (the compose API) gives them
+            cfg = hydra.compose_config(name, overrides + ["hydra.mode=RUN"], run_mode=RunMode.RUN, from_shell=False,
+                                       with_log_configuration=True)
+            HydraConfig.instance().set_config(cfg)  # the ${hydra:...} resolver reads it
+            task_cfg = copy.deepcopy(cfg)
+            with open_dict(task_cfg):
+                del task_cfg["hydra"]
+            problem = _run_dir_problem(to_typed(task_cfg))
+        except TranslateError as error:
+            return str(error)
+        except Exception as error:
+            return _one_line(error)
+        if problem:
+            return problem
+        callbacks = Callbacks(cfg)
+        callbacks.on_run_start(config=cfg, config_name=name)
+
+        def run() -> None:
+            ret = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+                          task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None)
+            callbacks.on_run_end(config=cfg, config_name=name, job_return=ret)
+            _ = ret.return_value  # raises the task's exception, as Hydra.run does
+
+        run_and_report(run)
+        return None
+    finally:
+        GlobalHydra.instance().clear()
