@@ -17,7 +17,7 @@ ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 CT
 
     make demo    # trains runs/tiny-multi30k_en_de first
     .venv/bin/python scripts/bench_decode_process.py --override config=tiny \\
-        --splits train validation test test_2017_flickr test_2017_mscoco    # E1's 4,546 sentences... and more
+        --splits validation test test_2017_flickr test_2017_mscoco test_2018_flickr    # E1's 4,546 sentences
     .venv/bin/python scripts/bench_decode_process.py --override config=tiny --limit 1    # start-up
 """
 
