@@ -192,3 +192,47 @@ def test_fairseq_checkpoint_average_by_hand(tmp_path, monkeypatch):
     summary = finish_fairseq(tmp_path / "no-anchor", tmp_path)
     assert (summary["updates"], summary["training_seconds"], summary["epochs_averaged"]) == (1094, 3599.6, 4)
     assert (saved / "average.pt").read_bytes() == b"made"
+
+
+def test_results_tables_from_the_records_of_small_runs(tmp_path):
+    """Two seeds of one small preset trained, decoded and scored by the CLI, one of them scored
+    twice: the table's mean ± sd is that of the first scorings' literature scores as the records
+    hold them, the second scoring said beside it; its JSON lines name each run's weights and
+    search; an existing file in --output is not written over without --replace."""
+    import statistics
+
+    from tests.conftest import run_cli
+    from translate.core.run_record import RunRecord
+
+    need(MULTI30K)
+    runs = []
+    for seed in (1, 2):
+        overrides = small_run(tmp_path, "train.max_steps=2", f"train.seed={seed}", "checkpoint.average_last=0",
+                              folder=f"seed{seed}")
+        run_cli("train", *overrides, check=True)
+        run_cli("decode", *overrides, "decode.max_len_b=3", "decode.beam_size=2", check=True)
+        run_cli("bleu", *overrides, check=True)
+        if seed == 1:  # decoded again, other outputs, and scored again: the test split seen twice
+            run_cli("decode", *overrides, "decode.max_len_b=8", "decode.beam_size=1", check=True)
+            run_cli("bleu", *overrides, check=True)
+        runs.append(tmp_path / f"seed{seed}")
+    scorings = RunRecord.load(runs[0]).test_scorings()
+    assert len(scorings) == 2 and scorings[0].scores != scorings[1].scores  # the first is the figure, not the last
+    firsts = [RunRecord.load(run).test_scorings()[0].scores["lowercased_tokenized_bleu"]["value"] for run in runs]
+    out = tmp_path / "figures"
+    script = [sys.executable, str(ROOT / "scripts" / "results_tables.py"), *map(str, runs), "--output", str(out),
+              "--name", "small"]
+    result = run(script, timeout=120, check=True)
+    mean, sd = statistics.mean(firsts), statistics.stdev(firsts)
+    row_line = next(line for line in result.stdout.splitlines() if "| tiny | test |" in line)
+    assert f"| {mean:.2f} ± {sd:.2f} (test split scored 2x, 1x) |" in row_line, row_line
+    assert "| lowercased_tokenized_bleu | 2 |" in row_line
+    assert (out / "small.md").read_text(encoding="utf-8") == result.stdout
+    row, = [json.loads(line) for line in (out / "small.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert (row["preset"], row["split"], row["n"], row["mean"], row["sd"]) == ("tiny", "test", 2, mean, sd)
+    assert [(e["seed"], e["scorings"], e["beam"], e["update"], e["averaged"]) for e in row["runs"]] == \
+        [(1, 2, 2, 2, []), (2, 1, 2, 2, [])]
+    assert all(e["commit"] and e["cpu"] and e["alpha_origin"] for e in row["runs"])
+    again = run(script, timeout=120)
+    assert again.returncode != 0 and "small.md exists" in again.stderr
+    assert run(script + ["--replace"], timeout=120).returncode == 0
