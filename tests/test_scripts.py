@@ -50,7 +50,14 @@ def test_bench_transformers_on_a_small_run(trained_run):
         ["greedy_ours", "greedy_transformers"] * 2 + ["greedy_summary"]
     assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
     summary = records[-1]
-    assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0
+    assert summary["sentences"] == 20 and summary["transformers_over_ours"] > 0
+    # The export translates as ours does (tests/formats/test_transformers.py: 99% of greedy
+    # outputs that end before the cap): all but a near tie or two of 20, and where all are the
+    # same, so is each round's BLEU of the two.
+    assert summary["identical"] >= 0.9, summary
+    greedy = [r for r in records if r["measurement"].startswith("greedy_") and "round" in r]
+    if summary["identical"] == 1:
+        assert all(a["bleu"] == b["bleu"] for a, b in zip(greedy[::2], greedy[1::2])), greedy
 
 
 def test_bench_decode_reads_the_anchors_decode_line():
