@@ -29,6 +29,22 @@ def test_a_multi30k_preset_trains_decodes_and_scores(tmp_path, cache, preset):
     report = json.loads(run_cli("bleu", *overrides, f"bleu.hyp={tmp_path}/out.de", f"bleu.ref={references}",
                                 "bleu.format=json", check=True).stdout)
     assert report["literature"] == "lowercased_tokenized_bleu" and report["lines"] == 2
+    # A preset of lowercased text learns, writes and is scored in lowercase; a cased one keeps case.
+    import sentencepiece
+
+    from translate.checkpoint import Checkpoint
+
+    saved = Checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=saved.sentencepiece)
+    cased_pieces = [p for p in map(pieces.id_to_piece, range(pieces.get_piece_size())) if p != p.lower()]
+    # The test split, data.lowercase unset as a user may leave it: the model's own text is lowercase.
+    run_cli("decode", *overrides, "data.lowercase=false", "decode.max_len_b=2", "checkpoint.average_last=0", check=True)
+    references = (tmp_path / "run" / "decode" / "test.de.ref").read_text(encoding="utf-8")
+    outputs = (tmp_path / "out.de").read_text(encoding="utf-8") + (tmp_path / "run" / "decode" / "test.de").read_text(encoding="utf-8")
+    if preset.endswith("_lowercase"):
+        assert saved.lowercase and not cased_pieces and outputs == outputs.lower() and references == references.lower()
+    else:
+        assert not saved.lowercase and cased_pieces and references != references.lower()
 
 
 def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
