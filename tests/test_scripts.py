@@ -243,3 +243,37 @@ def test_results_tables_from_the_records_of_small_runs(tmp_path):
     again = run(script, timeout=120)
     assert again.returncode != 0 and "small.md exists" in again.stderr
     assert run(script + ["--replace"], timeout=120).returncode == 0
+
+
+@pytest.mark.parametrize("beam4, chosen_beam", [(31.8, 4), (31.5, 5)], ids=["beam-4-better", "beam-4-ties"])
+def test_sweep_dev_choice_by_hand(monkeypatch, tmp_path, beam4, chosen_beam):
+    """The sweep's dev choice on a small table, worked by hand: the averages at beam 5, alpha 0.6
+    score 30.0 (last 1), 31.5 (3), 31.5 (5), 30.9 (10): the last 3 (the tie goes to fewer). Beam 4
+    for it scores `beam4`: above 31.5 it is the beam tune chooses alpha at and the literature's
+    score is decoded at; a tie keeps beam 5. tune's scores: alpha 1.2 best (33.0)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import sweep_multi30k
+
+    table = {(1, 5, 0.6): 30.0, (3, 5, 0.6): 31.5, (5, 5, 0.6): 31.5, (10, 5, 0.6): 30.9, (3, 4, 0.6): beam4,
+             (3, chosen_beam, 1.2): 33.0}
+    decodes, commands = [], []
+
+    def dev_bleu(run, average, beam, alpha, threads):
+        decodes.append((average, beam, alpha))
+        return {"average": average, "beam": beam, "alpha": alpha, "sacrebleu": table[(average, beam, alpha)],
+                "literature": table[(average, beam, alpha)] + 1}
+
+    tune = {"alpha": 1.2, "scores": [{"alpha": 0.6, "sacrebleu": 32.0, "bp": 0.9}, {"alpha": 1.2, "sacrebleu": 33.0, "bp": 1.0}]}
+    monkeypatch.setattr(sweep_multi30k, "dev_bleu", dev_bleu)
+    monkeypatch.setattr(sweep_multi30k, "translate", lambda *args, threads=None: commands.append(args))
+    monkeypatch.setattr(sweep_multi30k, "record_of", lambda run: {"length_penalty": tune, "settings": {}})
+    run = tmp_path / "run"
+    (run / "sweep").mkdir(parents=True)
+    result = sweep_multi30k.evaluate(run, threads=1)
+    assert (result["best_average"], result["best_beam"], result["tuned_alpha"]) == (3, chosen_beam, 1.2)
+    assert (result["dev_bleu_beam5_alpha0.6"], result["dev_bleu_beam4_alpha0.6"], result["dev_bleu_tuned"]) == (31.5, beam4, 33.0)
+    assert decodes == [(1, 5, 0.6), (3, 5, 0.6), (5, 5, 0.6), (10, 5, 0.6), (3, 4, 0.6), (3, chosen_beam, 1.2)]
+    tuned, = commands
+    assert tuned[0] == "tune" and f"decode.beam_size={chosen_beam}" in tuned
+    assert f"decode.checkpoint={run / 'sweep' / 'avg3.pt'}" in tuned
+    assert result["dev_literature_bleu_tuned"] == 34.0
