@@ -277,3 +277,35 @@ def test_sweep_dev_choice_by_hand(monkeypatch, tmp_path, beam4, chosen_beam):
     assert tuned[0] == "tune" and f"decode.beam_size={chosen_beam}" in tuned
     assert f"decode.checkpoint={run / 'sweep' / 'avg3.pt'}" in tuned
     assert result["dev_literature_bleu_tuned"] == 34.0
+
+
+def test_score_multi30k_tests_records_each_scoring(tmp_path):
+    """score_multi30k_tests.py scores through `translate bleu`: each of the three test sets'
+    scoring is in the run's record with the checkpoint, beam and alpha decoded; run again, each
+    test set counts two scorings, and `translate table` says so."""
+    from tests.conftest import run_cli
+    from translate.core.run_record import RunRecord
+
+    need(MULTI30K)
+    overrides = small_run(tmp_path, "train.max_steps=2")
+    run_cli("train", *overrides, check=True)
+    run_dir, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint_last.pt"
+    script = [sys.executable, str(ROOT / "scripts" / "score_multi30k_tests.py"), str(run_dir), str(checkpoint),
+              "--beam", "2", "--alpha", "0.8", "--set", "decode.max_len_b=2"]
+    for _ in range(2):
+        lines = [json.loads(line) for line in run(script, timeout=300, check=True).stdout.splitlines()]
+        assert [line["split"] for line in lines] == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"]
+    record = RunRecord.load(run_dir)
+    by_split = {}
+    for score in record.scores:
+        by_split.setdefault(score.split, []).append(score)
+    assert sorted(by_split) == ["test", "test_2017_flickr", "test_2017_mscoco"]
+    for split, scorings in by_split.items():
+        assert len(scorings) == 2 and all(s.held_out for s in scorings), split
+        decoded = scorings[-1].decoded
+        assert (decoded.checkpoint, decoded.beam_size, decoded.length_penalty, decoded.weights.update) == \
+            (str(checkpoint), 2, 0.8, 2)
+    assert round(scorings[-1].scores["lowercased_tokenized_bleu"]["value"], 2) == lines[-1]["lowercased_tokenized_bleu"]
+    assert len(record.test_scorings()) == 2  # decode.split=test: test_2016_flickr
+    row = json.loads(run_cli("table", f"table.runs=[{run_dir}]", "table.format=json", check=True).stdout)[0]
+    assert row["test_scorings"] == 2
