@@ -11,7 +11,8 @@ recipe, the same minutes each, one after the other on this machine (nothing else
   test2017 and mscoco2017 (fairseq-interactive, the anchor's sentencepiece model).
 
 Every translation is scored here by translate.metrics, as the literature scores it (lowercased,
-Moses-tokenized, BLEU on tokens) and as sacreBLEU does (cased, 13a). One JSON line per trainer
+Moses-tokenized, BLEU on tokens) and as sacreBLEU does (cased, 13a), against the raw references
+both trainers are held to; ours is also scored by `translate bleu`, whose run record keeps it. One JSON line per trainer
 and test set, then a summary line per trainer; the test sets are decoded once, at the end.
 
     .venv/bin/python scripts/bench_multi30k.py --minutes 60             # ours, then fairseq: about 2.5 hours
@@ -83,6 +84,7 @@ def ours(folder: Path, minutes: float, preset: str, train: bool, overrides: List
     for split, name in TESTS.items():
         output = run_dir / "decode" / f"{split}.de"
         translate("decode", *common, f"decode.split={split}", f"decode.output={output}")
+        translate("bleu", *common, f"bleu.hyp={output}", f"bleu.ref={output}.ref")  # the run's record keeps the scoring
         results[split] = scores(output.read_text(encoding="utf-8").splitlines(), raw_lines(name, "de"))
         emit(measurement="multi30k_test", trainer="ours", split=name, **results[split])
     training = record["training"]

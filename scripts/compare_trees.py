@@ -121,7 +121,8 @@ def same_outputs(base: Path, checkpoint: Path, folder: Path) -> None:
         tuned = translate(tree, "tune", *common, "tune.sentences=100").stdout  # each alpha's line, then the choice
         (out / "tune.txt").write_text(re.sub(r" \([\d.]+ s\)", "", tuned))  # its seconds aside
         digests[name] = {str(p.relative_to(out)): hashlib.sha256(comparable(p)).hexdigest() for p in sorted(out.rglob("*"))
-                         if p.is_file() and "hydra" not in p.parts and p.name != "translate_export.json"}
+                         if p.is_file() and "hydra" not in p.parts and p.name != "translate_export.json"
+                         and not p.name.endswith(".decoded.json")}  # decode's record of when, where and which code
     differ = sorted(k for k in set(digests["base"]) | set(digests["this"]) if digests["base"].get(k) != digests["this"].get(k))
     emit(measurement="same_outputs", files=sorted(digests["this"]), identical=not differ, differing=differ)
 

@@ -9,7 +9,9 @@ the machine (a second run beside it, tests) changes how long a run takes, never 
 Each run validates ten times (dev loss and greedy dev BLEU on the whole dev split) and keeps its
 last ten numbered checkpoints. Then, on the dev split alone (the test sets are never decoded
 here), each run's averages of its last 1, 3, 5 and 10 checkpoints are decoded with beam 5 at
-alpha 0.6; the best average is decoded with beam 4 too, and `translate tune` chooses its alpha.
+alpha 0.6; the best average is decoded with beam 4 too, the better of the two beams kept, and
+`translate tune` chooses its alpha at that beam. What it chooses are candidates for a preset:
+a preset's own figure is what `translate train`, `tune`, `decode` and `bleu` make of it.
 
     .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 1 --parallel 2
     .venv/bin/python scripts/sweep_multi30k.py --minutes 60 --seeds 2 --candidates tiny-p0.2 tiny-p0.3
@@ -92,9 +94,9 @@ RATE_NEUTRAL = ("model.dropout=", "optim.warmup_steps=", "optim.lr_scale=", "opt
                 "checkpoint.every_epochs=")
 AVERAGES = (1, 3, 5, 10)  # the last N numbered checkpoints averaged
 # The error-bar figure's panels: each candidate's mean and standard deviation over its seeds.
-SPREAD_MEASURES = {"dev_bleu_tuned": "dev BLEU, beam 5, tuned alpha", "dev_bleu_beam5_alpha0.6": "dev BLEU, beam 5, alpha 0.6",
+SPREAD_MEASURES = {"dev_bleu_tuned": "dev BLEU, chosen beam, tuned alpha", "dev_bleu_beam5_alpha0.6": "dev BLEU, beam 5, alpha 0.6",
                    "greedy_dev_bleu_last": "greedy dev BLEU, last validation",
-                   "dev_literature_bleu_tuned": "dev lowercased tokenized BLEU, beam 5, tuned alpha"}
+                   "dev_literature_bleu_tuned": "dev lowercased tokenized BLEU, chosen beam, tuned alpha"}
 SPREADS_SIZE = figures.Size(450 * len(SPREAD_MEASURES), 600)  # pixels: room for each panel's title
 PROBE_UPDATES = 150
 
@@ -199,24 +201,37 @@ def dev_bleu(run: Path, average: int, beam: int, alpha: float, threads: int) -> 
     return result
 
 
+def best_average(found: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Of the averages' dev decodes at beam 5, alpha 0.6, the best sacreBLEU; a tie goes to the
+    fewer checkpoints averaged (the first tried)."""
+    return max(found, key=lambda r: r["sacrebleu"])
+
+
+def best_beam(beam5: Dict[str, Any], beam4: Dict[str, Any]) -> int:
+    """The beam the chosen average's alpha is tuned and decoded at: 4 where its dev BLEU beats
+    beam 5's, else 5 (the preset's)."""
+    return 4 if beam4["sacrebleu"] > beam5["sacrebleu"] else 5
+
+
 def evaluate(run: Path, threads: int) -> Dict[str, Any]:
-    """The run's best dev setting: averages at beam 5, then beam 4, then the alpha tune picks."""
-    found = [dev_bleu(run, n, 5, 0.6, threads) for n in AVERAGES]
-    best = max(found, key=lambda r: r["sacrebleu"])
-    found.append(dev_bleu(run, best["average"], 4, 0.6, threads))
+    """The run's best dev setting: the best average at beam 5, then the better of beams 5 and 4
+    for it, then the alpha tune picks at that beam."""
+    best = best_average([dev_bleu(run, n, 5, 0.6, threads) for n in AVERAGES])
+    beam4 = dev_bleu(run, best["average"], 4, 0.6, threads)
+    beam = best_beam(best, beam4)
     checkpoint = run / "sweep" / f"avg{best['average']}.pt"
-    tuned = run / "sweep" / f"tune-avg{best['average']}.json"
+    tuned = run / "sweep" / (f"tune-avg{best['average']}" + ("" if beam == 5 else f"-beam{beam}") + ".json")
     if not tuned.is_file():
         translate("tune", *data_of(run), f"run_dir={run}", f"decode.checkpoint={checkpoint}",
-                  "decode.beam_size=5", threads=threads)
+                  f"decode.beam_size={beam}", threads=threads)
         tuned.write_text(json.dumps(record_of(run)["length_penalty"]))
     tune = json.loads(tuned.read_text())
     top = max(tune["scores"], key=lambda s: s["sacrebleu"])
     # The goal's score (lowercased tokenized BLEU) at the chosen setting: it compares a lowercased
     # candidate with a cased one, whose sacreBLEU is against references of their own casing.
-    literature = dev_bleu(run, best["average"], 5, tune["alpha"], threads)["literature"]
+    literature = dev_bleu(run, best["average"], beam, tune["alpha"], threads)["literature"]
     result = {"run_dir": str(run), "best_average": best["average"], "dev_bleu_beam5_alpha0.6": best["sacrebleu"],
-              "dev_bleu_beam4_alpha0.6": found[-1]["sacrebleu"], "tuned_alpha": tune["alpha"],
+              "dev_bleu_beam4_alpha0.6": beam4["sacrebleu"], "best_beam": beam, "tuned_alpha": tune["alpha"],
               "dev_bleu_tuned": top["sacrebleu"], "bp_tuned": top["bp"],
               "dev_literature_bleu_tuned": literature,
               "greedy_dev_bleu_last": record_of(run).get("valid", {}).get("bleu")}

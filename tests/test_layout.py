@@ -272,12 +272,13 @@ def test_each_verb_is_a_module_of_the_verbs_package():
 
 # The key names of the run files that other dicts of the code use too, so that a read of them
 # elsewhere says nothing: bleu's report and the dev metrics, the log's metrics and tune's scores,
-# the schedule's state, the configuration's sections, the sides of a pair, and the checkpoint's
-# keys (checked with the checkpoint's own).
+# the schedule's state, the configuration's sections, the sides of a pair, the checkpoint's
+# keys (checked with the checkpoint's own), and tune's settings beside a checkpoint, whose
+# weights and search a score's record of its decode names too.
 SHARED_KEYS = {"bleu", "hyp", "lines", "scores", "text", "variant", "model_flops", "seconds", "ratio", "update", "updates",
                "settings", "data", "train", "name", "size", "source", "target", "device", "precision",
                "model", "specials", "vocabulary", "languages", "processes", "skipped_updates", "valid",
-               "sentences"}
+               "sentences", "literature", "split", "weights", "averaged", "fingerprint", "length_penalty", "beam_size"}
 # The checkpoint payload's keys, but "step" (also torch's optimizer state) and "specials" (also
 # an export's marker file).
 CHECKPOINT_KEYS = {"model", "model_config", "vocabulary", "languages", "lowercase", "optimizer", "scheduler", "scaler",

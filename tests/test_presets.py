@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import MULTI30K, need, run_cli
 
 # The published recipe in make test-slow (to keep the default suite under 10 minutes): ours runs its code paths.
-PRESETS = [pytest.param("multi30k_wu2021", marks=pytest.mark.slow), "multi30k", "multi30k_lowercase"]
+PRESETS = [pytest.param("multi30k_wu2021", marks=pytest.mark.slow), "multi30k", "multi30k_lowercase",
+           "multi30k_en_fr_lowercase"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -29,6 +30,24 @@ def test_a_multi30k_preset_trains_decodes_and_scores(tmp_path, cache, preset):
     report = json.loads(run_cli("bleu", *overrides, f"bleu.hyp={tmp_path}/out.de", f"bleu.ref={references}",
                                 "bleu.format=json", check=True).stdout)
     assert report["literature"] == "lowercased_tokenized_bleu" and report["lines"] == 2
+    # A preset of lowercased text learns, writes and is scored in lowercase; a cased one keeps case.
+    import sentencepiece
+
+    from translate.checkpoint import Checkpoint
+
+    saved = Checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=saved.sentencepiece)
+    cased_pieces = [p for p in map(pieces.id_to_piece, range(pieces.get_piece_size())) if p != p.lower()]
+    # The test split, data.lowercase unset as a user may leave it: the model's own text is lowercase.
+    run_cli("decode", *overrides, "data.lowercase=false", "decode.max_len_b=2", "checkpoint.average_last=0", check=True)
+    tgt = "fr" if "_en_fr" in preset else "de"
+    references = (tmp_path / "run" / "decode" / f"test.{tgt}.ref").read_text(encoding="utf-8")
+    outputs = (tmp_path / "out.de").read_text(encoding="utf-8") + (tmp_path / "run" / "decode" / f"test.{tgt}").read_text(encoding="utf-8")
+    assert saved.languages == ["en", tgt]
+    if preset.endswith("_lowercase"):
+        assert saved.lowercase and not cased_pieces and outputs == outputs.lower() and references == references.lower()
+    else:
+        assert not saved.lowercase and cased_pieces and references != references.lower()
 
 
 def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
@@ -58,3 +77,16 @@ def test_ours_for_the_literature_score_is_the_three_hours_command(compose):
     assert preset.train == overridden.train and preset.checkpoint == overridden.checkpoint and preset.decode == overridden.decode
     assert preset.data.lowercase and preset.optim.decay.name == "linear" and preset.checkpoint.by_epochs_alone
     assert (preset.checkpoint.keep_last, preset.checkpoint.average_last, preset.train.max_minutes) == (10, 10, 60)
+
+
+@pytest.mark.parametrize("preset, base", [("multi30k_en_fr", "multi30k"), ("multi30k_en_fr_lowercase", "multi30k_lowercase")])
+def test_the_en_fr_presets_are_the_en_de_recipes_on_french(compose, preset, base):
+    """config=multi30k_en_fr(_lowercase) is the EN-DE preset as it is, on Multi30k's fr-en pair:
+    only where the data is and which language it translates into differ."""
+    import dataclasses
+
+    french, german = compose("train", f"config={preset}"), compose("train", f"config={base}")
+    assert (french.data.name, french.data.src_lang, french.data.tgt_lang) == ("fr-en", "en", "fr")
+    assert dataclasses.replace(french.data, name=german.data.name, tgt_lang=german.data.tgt_lang) == german.data
+    for section in ("model", "optim", "train", "checkpoint", "valid", "decode"):
+        assert getattr(french, section) == getattr(german, section), section

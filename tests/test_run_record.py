@@ -79,3 +79,71 @@ def test_a_resume_adds_to_the_compute_of_the_update_it_resumes(tmp_path):
     uncounted = {key: value for key, value in RECORD["training"].items() if key != "target_tokens"}
     run_record.save(tmp_path, {**RECORD, "training": uncounted})
     assert run_record.previous_training(tmp_path, 4).target_tokens == 0.0
+
+
+def test_each_scoring_of_a_held_out_split_is_kept_and_counted(tmp_path):
+    """A test split scored twice is on the record twice (the second is not hidden by replacing
+    the first); a dev decode scored again replaces its earlier score, as before."""
+    run_record.save(tmp_path, RECORD)  # its one score: recorded before scorings were dated, split unknown
+
+    def score(hyp, split, value):
+        return Score(hyp=hyp, lines=1000, variant="wmt14", scores={"sacrebleu": {"value": value}}, text="",
+                     scored_at="2026-12-04T17:00:00+00:00", split=split, held_out=split != "validation")
+
+    for value in (27.5, 28.0):
+        run_record.record_score(tmp_path, score("decode/test.de", "test", value))
+        run_record.record_score(tmp_path, score("sweep/dev.de", "validation", value + 3))
+    record = RunRecord.load(tmp_path)
+    assert [(s.hyp, s.sacrebleu) for s in record.scores] == [("decode/test.de", 0.1), ("decode/test.de", 27.5),
+                                                            ("decode/test.de", 28.0), ("sweep/dev.de", 31.0)]
+    assert len(record.test_scorings()) == 3 and record.test_bleu() == 28.0  # the old record's scoring counts too
+    elsewhere = score("tests/test-beam5.de", "test", 29.0)  # the test split decoded to a file of its own name
+    run_record.record_score(tmp_path, elsewhere)
+    assert len(RunRecord.load(tmp_path).test_scorings()) == 4
+
+
+def test_decode_writes_what_it_decoded_and_bleu_records_it(trained_run, tmp_path):
+    """decode's output has beside it the checkpoint, its weights, the search and the machine;
+    bleu puts them in the record with the date, the split and the scores; a second scoring of
+    the test split is counted; a dev decode is not a test scoring; a changed output is not
+    described by decode's record any longer."""
+    import datetime
+
+    from tests.conftest import run_cli, run_dir_of
+    from translate.checkpoint import Checkpoint
+    from translate.core.precision import cpu_model
+
+    run = run_dir_of(trained_run)
+    run_record.save(run, {key: value for key, value in run_record.load(run).items() if key != "scores"})
+    quick = ["decode.max_len_b=3", "decode.beam_size=2", "decode.length_penalty=0.8"]
+    run_cli("decode", *trained_run, *quick, check=True)
+    output = run / "decode" / "test.de"
+    decoded = run_record.Decoded.read(output)
+    identity = Checkpoint.load(run / "checkpoint_average.pt").identity()  # config=tiny averages the last ones
+    assert decoded is not None and decoded.checkpoint == str(run / "checkpoint_average.pt") and decoded.split == "test"
+    assert (decoded.weights.update, decoded.weights.fingerprint) == (identity.step, identity.fingerprint)
+    assert decoded.weights.update == 30 and decoded.weights.averaged == list(identity.averaged) and identity.averaged
+    assert (decoded.beam_size, decoded.length_penalty, decoded.length_penalty_origin) == (2, 0.8, "given on the command line")
+    assert decoded.machine.cpu == cpu_model() and decoded.machine.isa in ("AVX512", "AVX2", "DEFAULT", "VSX", "ZVECTOR", "SVE256")
+    assert decoded.commit and decoded.decode_precision == "fp32"
+    for _ in range(2):
+        run_cli("bleu", *trained_run, check=True)
+    record = RunRecord.load(run)
+    first, second = record.test_scorings()
+    assert len(record.test_scorings()) == 2 and first.decoded == second.decoded == decoded
+    assert first.split == "test" and first.held_out and first.literature == "lowercased_tokenized_bleu"  # Multi30k's papers'
+    when = datetime.datetime.fromisoformat(second.scored_at)
+    assert when.utcoffset() == datetime.timedelta(0) and abs(datetime.datetime.now(datetime.timezone.utc) - when).total_seconds() < 600
+
+    dev = tmp_path / "dev.de"  # outside the run: never recorded
+    run_cli("decode", *trained_run, *quick, "decode.split=validation", f"decode.output={run / 'sweep' / 'dev.de'}", check=True)
+    for _ in range(2):
+        run_cli("bleu", *trained_run, f"bleu.hyp={run / 'sweep' / 'dev.de'}", f"bleu.ref={run / 'sweep' / 'dev.de.ref'}",
+                check=True)
+    record = RunRecord.load(run)
+    assert [s.split for s in record.scores] == ["test", "test", "validation"] and record.scores[-1].held_out is False
+    assert not dev.exists()
+    output.write_text(output.read_text(encoding="utf-8").upper(), encoding="utf-8")  # no longer decode's output
+    run_cli("bleu", *trained_run, check=True)
+    last = RunRecord.load(run).scores[-1]
+    assert last.decoded is None and last.split == "test" and len(RunRecord.load(run).test_scorings()) == 3

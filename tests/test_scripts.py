@@ -54,7 +54,14 @@ def test_bench_transformers_on_a_small_run(trained_run):
         ["greedy_ours", "greedy_transformers"] * 2 + ["greedy_summary"]
     assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
     summary = records[-1]
-    assert summary["sentences"] == 20 and 0 <= summary["identical"] <= 1 and summary["transformers_over_ours"] > 0
+    assert summary["sentences"] == 20 and summary["transformers_over_ours"] > 0
+    # The export translates as ours does (tests/formats/test_transformers.py: 99% of greedy
+    # outputs that end before the cap): all but a near tie or two of 20, and where all are the
+    # same, so is each round's BLEU of the two.
+    assert summary["identical"] >= 0.9, summary
+    greedy = [r for r in records if r["measurement"].startswith("greedy_") and "round" in r]
+    if summary["identical"] == 1:
+        assert all(a["bleu"] == b["bleu"] for a, b in zip(greedy[::2], greedy[1::2])), greedy
 
 
 def test_bench_decode_process_on_a_small_run(trained_run):
@@ -214,3 +221,113 @@ def test_fairseq_checkpoint_average_by_hand(tmp_path, monkeypatch):
     summary = finish_fairseq(tmp_path / "no-anchor", tmp_path)
     assert (summary["updates"], summary["training_seconds"], summary["epochs_averaged"]) == (1094, 3599.6, 4)
     assert (saved / "average.pt").read_bytes() == b"made"
+
+
+def test_results_tables_from_the_records_of_small_runs(tmp_path):
+    """Two seeds of one small preset trained, decoded and scored by the CLI, one of them scored
+    twice: the table's mean ± sd is that of the first scorings' literature scores as the records
+    hold them, the second scoring said beside it; its JSON lines name each run's weights and
+    search; an existing file in --output is not written over without --replace."""
+    import statistics
+
+    from tests.conftest import run_cli
+    from translate.core.run_record import RunRecord
+
+    need(MULTI30K)
+    runs = []
+    for seed in (1, 2):
+        overrides = small_run(tmp_path, "train.max_steps=2", f"train.seed={seed}", "checkpoint.average_last=0",
+                              folder=f"seed{seed}")
+        run_cli("train", *overrides, check=True)
+        run_cli("decode", *overrides, "decode.max_len_b=3", "decode.beam_size=2", check=True)
+        run_cli("bleu", *overrides, check=True)
+        if seed == 1:  # decoded again, other outputs, and scored again: the test split seen twice
+            run_cli("decode", *overrides, "decode.max_len_b=8", "decode.beam_size=1", check=True)
+            run_cli("bleu", *overrides, check=True)
+        runs.append(tmp_path / f"seed{seed}")
+    scorings = RunRecord.load(runs[0]).test_scorings()
+    assert len(scorings) == 2 and scorings[0].scores != scorings[1].scores  # the first is the figure, not the last
+    firsts = [RunRecord.load(run).test_scorings()[0].scores["lowercased_tokenized_bleu"]["value"] for run in runs]
+    out = tmp_path / "figures"
+    script = [sys.executable, str(ROOT / "scripts" / "results_tables.py"), *map(str, runs), "--output", str(out),
+              "--name", "small"]
+    result = run(script, timeout=120, check=True)
+    mean, sd = statistics.mean(firsts), statistics.stdev(firsts)
+    row_line = next(line for line in result.stdout.splitlines() if "| tiny | test |" in line)
+    assert f"| {mean:.2f} ± {sd:.2f} (test split scored 2x, 1x) |" in row_line, row_line
+    assert "| lowercased_tokenized_bleu | 2 |" in row_line
+    assert (out / "small.md").read_text(encoding="utf-8") == result.stdout
+    row, = [json.loads(line) for line in (out / "small.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert (row["preset"], row["split"], row["n"], row["mean"], row["sd"]) == ("tiny", "test", 2, mean, sd)
+    assert [(e["seed"], e["scorings"], e["beam"], e["update"], e["averaged"]) for e in row["runs"]] == \
+        [(1, 2, 2, 2, []), (2, 1, 2, 2, [])]
+    assert all(e["commit"] and e["cpu"] and e["alpha_origin"] for e in row["runs"])
+    again = run(script, timeout=120)
+    assert again.returncode != 0 and "small.md exists" in again.stderr
+    assert run(script + ["--replace"], timeout=120).returncode == 0
+
+
+@pytest.mark.parametrize("beam4, chosen_beam", [(31.8, 4), (31.5, 5)], ids=["beam-4-better", "beam-4-ties"])
+def test_sweep_dev_choice_by_hand(monkeypatch, tmp_path, beam4, chosen_beam):
+    """The sweep's dev choice on a small table, worked by hand: the averages at beam 5, alpha 0.6
+    score 30.0 (last 1), 31.5 (3), 31.5 (5), 30.9 (10): the last 3 (the tie goes to fewer). Beam 4
+    for it scores `beam4`: above 31.5 it is the beam tune chooses alpha at and the literature's
+    score is decoded at; a tie keeps beam 5. tune's scores: alpha 1.2 best (33.0)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import sweep_multi30k
+
+    table = {(1, 5, 0.6): 30.0, (3, 5, 0.6): 31.5, (5, 5, 0.6): 31.5, (10, 5, 0.6): 30.9, (3, 4, 0.6): beam4,
+             (3, chosen_beam, 1.2): 33.0}
+    decodes, commands = [], []
+
+    def dev_bleu(run, average, beam, alpha, threads):
+        decodes.append((average, beam, alpha))
+        return {"average": average, "beam": beam, "alpha": alpha, "sacrebleu": table[(average, beam, alpha)],
+                "literature": table[(average, beam, alpha)] + 1}
+
+    tune = {"alpha": 1.2, "scores": [{"alpha": 0.6, "sacrebleu": 32.0, "bp": 0.9}, {"alpha": 1.2, "sacrebleu": 33.0, "bp": 1.0}]}
+    monkeypatch.setattr(sweep_multi30k, "dev_bleu", dev_bleu)
+    monkeypatch.setattr(sweep_multi30k, "translate", lambda *args, threads=None: commands.append(args))
+    monkeypatch.setattr(sweep_multi30k, "record_of", lambda run: {"length_penalty": tune, "settings": {}})
+    run = tmp_path / "run"
+    (run / "sweep").mkdir(parents=True)
+    result = sweep_multi30k.evaluate(run, threads=1)
+    assert (result["best_average"], result["best_beam"], result["tuned_alpha"]) == (3, chosen_beam, 1.2)
+    assert (result["dev_bleu_beam5_alpha0.6"], result["dev_bleu_beam4_alpha0.6"], result["dev_bleu_tuned"]) == (31.5, beam4, 33.0)
+    assert decodes == [(1, 5, 0.6), (3, 5, 0.6), (5, 5, 0.6), (10, 5, 0.6), (3, 4, 0.6), (3, chosen_beam, 1.2)]
+    tuned, = commands
+    assert tuned[0] == "tune" and f"decode.beam_size={chosen_beam}" in tuned
+    assert f"decode.checkpoint={run / 'sweep' / 'avg3.pt'}" in tuned
+    assert result["dev_literature_bleu_tuned"] == 34.0
+
+
+def test_score_multi30k_tests_records_each_scoring(tmp_path):
+    """score_multi30k_tests.py scores through `translate bleu`: each of the three test sets'
+    scoring is in the run's record with the checkpoint, beam and alpha decoded; run again, each
+    test set counts two scorings, and `translate table` says so."""
+    from tests.conftest import run_cli
+    from translate.core.run_record import RunRecord
+
+    need(MULTI30K)
+    overrides = small_run(tmp_path, "train.max_steps=2")
+    run_cli("train", *overrides, check=True)
+    run_dir, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint_last.pt"
+    script = [sys.executable, str(ROOT / "scripts" / "score_multi30k_tests.py"), str(run_dir), str(checkpoint),
+              "--beam", "2", "--alpha", "0.8", "--set", "decode.max_len_b=2"]
+    for _ in range(2):
+        lines = [json.loads(line) for line in run(script, timeout=300, check=True).stdout.splitlines()]
+        assert [line["split"] for line in lines] == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"]
+    record = RunRecord.load(run_dir)
+    by_split = {}
+    for score in record.scores:
+        by_split.setdefault(score.split, []).append(score)
+    assert sorted(by_split) == ["test", "test_2017_flickr", "test_2017_mscoco"]
+    for split, scorings in by_split.items():
+        assert len(scorings) == 2 and all(s.held_out for s in scorings), split
+        decoded = scorings[-1].decoded
+        assert (decoded.checkpoint, decoded.beam_size, decoded.length_penalty, decoded.weights.update) == \
+            (str(checkpoint), 2, 0.8, 2)
+    assert round(scorings[-1].scores["lowercased_tokenized_bleu"]["value"], 2) == lines[-1]["lowercased_tokenized_bleu"]
+    assert len(record.test_scorings()) == 2  # decode.split=test: test_2016_flickr
+    row = json.loads(run_cli("table", f"table.runs=[{run_dir}]", "table.format=json", check=True).stdout)[0]
+    assert row["test_scorings"] == 2

@@ -33,7 +33,8 @@ def test_a_sweeps_runs_side_by_side(tmp_path):
     rows = json.loads(result.stdout)
     assert [row["model.dropout"] for row in rows] == [0.0, 0.2]
     assert set(rows[0]) == {"run", "model.dropout", "params", "updates", "train_flops", "dev_loss", "dev_ppl",
-                            "dev_bleu", "test_bleu"}
+                            "dev_bleu", "test_bleu", "test_scorings"}
+    assert [row["test_scorings"] for row in rows] == [0, 1]
     for row in rows:
         assert row["updates"] == 4 and row["params"] > 0 and row["train_flops"] > 0
         assert row["dev_loss"] > 0 and row["dev_ppl"] > 1 and row["dev_bleu"] is not None
@@ -98,3 +99,21 @@ def test_test_bleu_is_the_score_of_the_test_splits_decode(tmp_path):
     assert table.run_rows([tmp_path])[0]["test_bleu"] == 20.0
     RunRecord(settings=settings, scores=[score("sweep/dev.de", 30.0)]).save(tmp_path)
     assert table.run_rows([tmp_path])[0]["test_bleu"] is None
+
+
+def test_the_table_counts_each_runs_test_scorings(tmp_path):
+    """A run whose test split was scored twice says 2; over seeds, each seed's count beside its seed."""
+    def score(value):
+        return Score(hyp="decode/test.de", lines=10, variant="newstest2014", scores={"sacrebleu": {"value": value}},
+                     text="", split="test", held_out=True)
+
+    runs = [recorded_run(tmp_path / f"s{seed}", 0.1, seed, 4.0, 3.9, 20.0) for seed in (1, 2)]
+    for run, scores in zip(runs, ([score(20.0), score(21.0)], [score(22.0)])):
+        record = RunRecord.load(run)
+        record.settings["decode"] = {"split": "test"}
+        record.scores = scores
+        record.save(run)
+    assert [(row["test_bleu"], row["test_scorings"]) for row in table.run_rows(runs)] == [(21.0, 2), (22.0, 1)]
+    row, = table.rows(runs)
+    assert row["test_scorings"] == [2, 1] and row["test_bleu"] == 21.5
+    assert "test_scorings" not in table.run_rows([recorded_run(tmp_path / "none", 0.1, 1, 4.0, 3.9, 20.0)])[0]

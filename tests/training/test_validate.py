@@ -26,8 +26,17 @@ def test_validation_keeps_the_best_and_stops_early(tmp_path):
 
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: validation's BLEU and stopping: the test above
 def test_a_target_bleu_stops_training_and_the_record_keeps_the_time_to_it(tmp_path):
+    """A target no validation reaches (100) never stops the run, nor enters its record; one the
+    first validation reaches (0.0: any BLEU) stops it there. Together they fail where the run
+    stops at the first validation whatever its BLEU, never stops, or compares the wrong way."""
     need(MULTI30K)
-    result = train_resumable(tmp_path, "run", "train.max_steps=20", "valid.every_steps=4", "valid.bleu_sentences=20",
+    validating = ["valid.every_steps=4", "valid.bleu_sentences=20"]
+    unreached = train_resumable(tmp_path, "unreached", "train.max_steps=12", *validating, "train.target_bleu=100")
+    assert unreached.returncode == 0, unreached.stderr
+    assert "target_bleu reached" not in unreached.stderr and unreached.stderr.count("dev loss") == 3
+    assert checkpoint.load(tmp_path / "unreached" / "checkpoint_last.pt")["step"] == 12
+    assert "target" not in json.loads((tmp_path / "unreached" / "run_record.json").read_text())
+    result = train_resumable(tmp_path, "run", "train.max_steps=20", *validating,
                              "train.target_bleu=0.0")  # any BLEU reaches it: the first validation
     assert result.returncode == 0, result.stderr
     assert "stopping at update 4: train.target_bleu reached" in result.stderr

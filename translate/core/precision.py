@@ -70,6 +70,12 @@ def cpu_model() -> str:
     return name.strip() if name else (platform.processor() or "unknown")
 
 
+def isa() -> str:
+    """The instructions torch's CPU kernels dispatch to here ("AVX512", "AVX2", "DEFAULT"; the
+    environment's ATEN_CPU_CAPABILITY may lower it), for records of how figures were computed."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 @functools.lru_cache(maxsize=None)
 def native_bf16() -> bool:
     """Whether this machine's CPU computes bf16 matrix products in hardware, from Linux's

@@ -2,7 +2,9 @@
 
 train keeps it current (settings, languages, data, model size, updates, training compute summed
 across resumes, the last validation's metrics, the commands run); bleu adds each scored report
-with its signatures; tune the length penalty it chose on the dev split. The transformers
+with its signatures, when it scored, and what decode translated (Decoded, which decode writes
+beside its output: the weights, the search, the code and the machine), every scoring of a test
+split kept; tune the length penalty it chose on the dev split. The transformers
 export's model card is written from it.
 
 RunRecord and its parts name every key; load and save read and write the plain JSON, which
@@ -11,9 +13,12 @@ tune's entries still go through.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import subprocess
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -125,14 +130,110 @@ class Target(JsonObject):
 
 
 @dataclass(kw_only=True)
+class Weights(JsonObject):
+    """Which weights were decoded (checkpoint.Identity): their update, the checkpoints an average
+    is the mean of, and a hash of sampled values."""
+
+    update: int
+    averaged: List[str]
+    fingerprint: str
+
+
+@dataclass(kw_only=True)
+class Machine(JsonObject):
+    """Where a decode ran: the CPU as lscpu names it, the instructions torch dispatched to
+    (AVX512, AVX2, DEFAULT), and whether the CPU computes bf16 products natively."""
+
+    cpu: str
+    isa: str
+    native_bf16: bool
+    device: str  # what the model ran on: cpu, or the GPU's name
+
+    @classmethod
+    def here(cls, device: str = "cpu") -> "Machine":
+        from translate.core.precision import cpu_model, isa, native_bf16  # torch: only where a decode records
+
+        return cls(cpu=cpu_model(), isa=isa(), native_bf16=native_bf16(), device=device)
+
+
+@dataclass(kw_only=True)
+class Decoded(JsonObject):
+    """What translate decode translated into one file, kept beside it (<output>.decoded.json) so
+    that bleu records which weights and which search a score is of. output_hash tells whether the
+    file is still the one decode wrote."""
+
+    checkpoint: str  # as the command named it
+    weights: Weights
+    split: Optional[str]  # the dataset split translated; None where decode.input was a file
+    beam_size: int
+    length_penalty: float
+    length_penalty_origin: str  # the command line, translate tune's choice, or the configuration
+    sampling: bool
+    decode_precision: str  # bf16 or fp32, as the search ran
+    commit: str  # the code: git describe of the checkout, else the package's version
+    machine: Machine
+    decoded_at: str  # UTC, ISO 8601
+    output_hash: str
+
+    @staticmethod
+    def beside(output: Path) -> Path:
+        return Path(output).with_name(Path(output).name + DECODED_SUFFIX)
+
+    def write(self, output: Path) -> None:
+        with paths.atomic_write(self.beside(output)) as file:
+            file.write(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def read(cls, output: Path) -> Optional["Decoded"]:
+        """What decode wrote beside `output`, where it describes the file as it is now; else None."""
+        try:
+            decoded = cls.from_json(json.loads(cls.beside(output).read_text(encoding="utf-8")))
+        except (OSError, ValueError):  # none, or not decode's (FieldError is a ValueError)
+            return None
+        return decoded if decoded.output_hash == file_hash(output) else None
+
+
+DECODED_SUFFIX = ".decoded.json"
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
+
+
+def code_version() -> str:
+    """The code that ran: `git describe --always --dirty` of the checkout, else the package's version."""
+    try:
+        found = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=paths.PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        found = None
+    if found is not None and found.returncode == 0 and found.stdout.strip():
+        return found.stdout.strip()
+    from translate import __version__
+
+    return f"translate {__version__}"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(kw_only=True)
 class Score(JsonObject):
-    """One scored file of the run_dir (bleu's report: each metric's value, text and signature)."""
+    """One scoring of a file of the run_dir (bleu's report: each metric's value, text and
+    signature), with when it was scored, which split it is of and what decode translated it with.
+    Scorings of a held-out split are each kept: how often a test split was scored is on the record."""
 
     hyp: str  # relative to run_dir
     lines: int
     variant: str
     scores: Dict[str, Any]
     text: str
+    scored_at: Optional[str] = None  # UTC, ISO 8601; None: recorded before scorings were dated
+    split: Optional[str] = None  # the split decoded (None: a file, or not known)
+    held_out: Optional[bool] = None  # not the dev split: a test split, each scoring kept
+    literature: Optional[str] = None  # the score the data set's papers report (a key of scores)
+    decoded: Optional[Decoded] = None  # None: no record of decode's beside the file, or the file changed since
 
     @property
     def sacrebleu(self) -> Optional[float]:
@@ -175,9 +276,15 @@ class RunRecord(JsonObject):
         """The sacreBLEU of the run's last scored decode of its test split (decode's default
         output, decode/<decode.split>.<tgt_lang>); other files scored in its run_dir (a sweep's
         dev decodes, say) are not its test score."""
-        test = str(paths.decoded(self.setting("decode", "split", "test"), self.setting("data", "tgt_lang", "de")))
-        found = [score for score in self.scores or [] if score.hyp == test]
+        found = self.test_scorings()
         return found[-1].sacrebleu if found else None
+
+    def test_scorings(self) -> List[Score]:
+        """Every scoring of decode's default output of the run's test split (decode.split), oldest
+        first: more than one is a test split scored more than once."""
+        split = self.setting("decode", "split", "test")
+        test = str(paths.decoded(split, self.setting("data", "tgt_lang", "de")))
+        return [score for score in self.scores or [] if score.hyp == test or score.held_out and score.split == split]
 
 
 def load(run_dir: Path) -> Dict[str, Any]:
@@ -221,10 +328,14 @@ def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Compute:
 
 
 def record_score(run_dir: Path, score: Score) -> None:
-    """bleu's part: a scored report (sacreBLEU, chrF, tokenized BLEU with their signatures),
-    replacing an earlier score of the same translations."""
+    """bleu's part: a scored report (sacreBLEU, chrF, tokenized BLEU with their signatures). A
+    scoring of a held-out split is added to every earlier one; any other replaces an earlier
+    score of the same translations."""
     record = RunRecord.load(run_dir)
-    record.scores = [s for s in record.scores or [] if s.hyp != score.hyp] + [score]
+    kept = record.scores or []
+    if not score.held_out:
+        kept = [s for s in kept if s.hyp != score.hyp]
+    record.scores = kept + [score]
     record.save(run_dir)
 
 

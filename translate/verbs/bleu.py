@@ -146,10 +146,28 @@ def bleu(cfg: TranslateConfig) -> float:
     print(json.dumps(report) if settings.format == "json" else format_text(report))
     run_dir = Path(cfg.run_dir).resolve()
     if hyp.resolve().is_relative_to(run_dir):  # the run's own decode: its record keeps the score
-        run_record.record_score(run_dir, Score(hyp=str(hyp.resolve().relative_to(run_dir)), lines=report["lines"],
-                                               variant=report["variant"], scores=report["scores"],
-                                               text=format_text({**report, "significance": None})))
+        run_record.record_score(run_dir, scoring(run_dir, hyp, report, cfg))
     return report["scores"]["sacrebleu"]["value"]
+
+
+def scoring(run_dir: Path, hyp: Path, report: Dict[str, Any], cfg: TranslateConfig) -> Score:
+    """The report as the run record keeps it: when, which split (decode's record beside the file
+    says, else decode's default name), whether that split is held out (any but the dev split the
+    run trained with), and what decode translated it with."""
+    decoded = run_record.Decoded.read(hyp)
+    relative = hyp.resolve().relative_to(run_dir)
+    split = decoded.split if decoded is not None else _default_split(relative, cfg.data.tgt_lang)
+    dev = run_record.RunRecord.load(run_dir).setting("data", "valid_split", cfg.data.valid_split)
+    return Score(hyp=str(relative), lines=report["lines"], variant=report["variant"], scores=report["scores"],
+                 text=format_text({**report, "significance": None}), scored_at=run_record.utc_now(), split=split,
+                 held_out=split is not None and split != dev, literature=report["literature"], decoded=decoded)
+
+
+def _default_split(relative: Path, tgt_lang: str) -> Optional[str]:
+    """The split of decode's default output decode/<split>.<tgt_lang>, from its name; else None."""
+    if relative.parent != Path(paths.DECODE) or relative.suffix != f".{tgt_lang}":
+        return None
+    return relative.stem
 
 
 def _check_files(path: Path, lines: List[str], ref: Path, references: List[str], key: str) -> None:

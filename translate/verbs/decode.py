@@ -11,13 +11,14 @@ from typing import List, Optional, Sequence
 import torch
 
 from translate import averaging
-from translate.core import paths
+from translate.core import paths, run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import DecodeConfig, TranslateConfig
 from translate.core.errors import TranslateError
+from translate.core.run_record import Decoded, Machine, Weights
 from translate.data.loading import load_corpus, read_lines, text_line
 from translate.search import Hypothesis
-from translate.translator import Translator
+from translate.translator import Decoding, Translator
 
 log = logging.getLogger("translate.verbs.decode")
 
@@ -44,8 +45,10 @@ def decode(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Optio
     """Translate decode.input (a file, or - for stdin to stdout) or the decode.split of the
     data; returns the output path. The length penalty: the command line's, else the one tune
     chose for the weights, else the configuration's (Translator.decoding)."""
-    translator = Translator.from_checkpoint(averaging.chosen_checkpoint(cfg))
-    settings = translator.decoding(cfg.decode, command).settings
+    checkpoint = averaging.chosen_checkpoint(cfg)
+    translator = Translator.from_checkpoint(checkpoint)
+    decoding = translator.decoding(cfg.decode, command)
+    settings = decoding.settings
     wanted = [cfg.data.src_lang, cfg.data.tgt_lang]
     if translator.languages and list(translator.languages) != wanted:
         src, tgt = translator.languages
@@ -77,12 +80,29 @@ def decode(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Optio
     write_lines(output, format_output(translator, results, settings.nbest))
     if references is not None:
         write_lines(paths.decode_reference(cfg), references)
+    record_decoded(translator, checkpoint, decoding, None if cfg.decode.input else cfg.decode.split, output)
     tokens = sum(len(hypotheses[0].tokens) + 1 for hypotheses in results)
     log.info(
         f"wrote {output}: {len(sources) / seconds:.1f} sentences/s, {tokens / seconds:.0f} target tokens/s "
         f"({seconds:.1f} s, {torch.get_num_threads()} threads)"
     )
     return output
+
+
+def record_decoded(translator: Translator, checkpoint: Path, decoding: Decoding, split: Optional[str],
+                   output: Path) -> None:
+    """Beside the output, what was translated with what (run_record.Decoded): bleu puts it in the
+    run record with the score, so that a score names the weights and search it is of."""
+    identity, settings = translator.identity, decoding.settings
+    assert identity is not None  # read from a checkpoint
+    device = translator.device
+    Decoded(checkpoint=str(checkpoint), weights=Weights(update=identity.step, averaged=list(identity.averaged),
+                                                        fingerprint=identity.fingerprint),
+            split=split, beam_size=settings.beam_size, length_penalty=settings.length_penalty,
+            length_penalty_origin=decoding.length_penalty_origin, sampling=settings.sampling,
+            decode_precision="bf16" if translator.in_bf16(settings) else "fp32", commit=run_record.code_version(),
+            machine=Machine.here(torch.cuda.get_device_name(device) if device.type == "cuda" else device.type),
+            decoded_at=run_record.utc_now(), output_hash=run_record.file_hash(output)).write(output)
 
 
 def _stream(translator: Translator, settings: DecodeConfig) -> None:

@@ -2,10 +2,10 @@
 
 Each run is read from its run record (run_record.json, which train keeps and bleu adds to): the
 settings that differ between the runs, parameters, updates, training compute, the last
-validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored, and
-the minutes and updates to train.target_bleu where a run had one. Runs that differ only in
-train.seed are one row: the mean of each measure, its standard deviation (<measure>_std) and
-the number of seeds (n).
+validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored and
+how many times its test split was scored (where any run's was), and the minutes and updates to
+train.target_bleu where a run had one. Runs that differ only in train.seed are one row: the
+mean of each measure, its standard deviation (<measure>_std) and the number of seeds (n).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ READERS = ("table.", "plot.", "tune.")
 SEED = "train.seed"
 # What a run measured: over the seeds of one row, a mean and a standard deviation each.
 MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates")
+SCORINGS = "test_scorings"  # how many times each run's test split was scored: a count per run, never averaged
 
 
 def _leaves(tree: Dict[str, Any], prefix: str = "") -> Iterator[tuple]:
@@ -58,6 +59,8 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
                "train_flops": training.model_flops if training else None, "dev_loss": valid.loss if valid else None,
                "dev_ppl": valid.perplexity if valid else None, "dev_bleu": valid.bleu if valid else None,
                "test_bleu": record.test_bleu()}
+        if any(r.test_scorings() for r in records):  # a test split scored twice has been seen twice
+            row[SCORINGS] = len(record.test_scorings())
         if any(r.target is not None for r in records):  # train.target_bleu: the time to it, from the process start
             target = record.target
             row["target_minutes"] = target.process_seconds / 60 if target else None
@@ -75,7 +78,7 @@ def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         return table
     groups: Dict[str, List[Dict[str, Any]]] = {}
     for row in table:
-        setting = {key: value for key, value in row.items() if key not in ("run", SEED, *MEASURES)}
+        setting = {key: value for key, value in row.items() if key not in ("run", SEED, SCORINGS, *MEASURES)}
         groups.setdefault(json.dumps(setting, sort_keys=True, default=str), []).append(row)
     if all(len(group) == 1 for group in groups.values()):
         return table
@@ -86,6 +89,8 @@ def _seeds_row(group: List[Dict[str, Any]]) -> Dict[str, Any]:
     row = {key: value for key, value in group[0].items() if key not in (*MEASURES, "params")}  # the settings
     row.update({"run": ", ".join(r["run"] for r in group), SEED: [r[SEED] for r in group], "n": len(group),
                 "params": group[0]["params"]})
+    if SCORINGS in row:
+        row[SCORINGS] = [r[SCORINGS] for r in group]  # each seed's, as its seed
     for measure in (m for m in MEASURES if m in group[0]):
         values = [r[measure] for r in group if r[measure] is not None]
         row[measure] = statistics.mean(values) if values else None
