@@ -76,11 +76,12 @@ class Watchdog:
     def for_job(cls, context: distributed.Context, timeout: float) -> "Watchdog":
         """The watchdog of this process of the job, on a connection of its own to the job's store
         (MASTER_ADDR:MASTER_PORT, which torchrun's agent or rank 0 serves), its keys apart for
-        each job of a sweep."""
+        each job of a sweep and each of torchrun's restarts: the beats of a previous attempt's
+        processes (done, failed, or a dead process id) would otherwise speak for this one's."""
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(timeout, 30.0)),
                               wait_for_workers=False)
-        return cls(dist.PrefixStore(f"translate-watchdog-{context.job}/", store), context.rank, context.world_size,
+        return cls(dist.PrefixStore(f"translate-watchdog-{context.attempt}-{context.job}/", store), context.rank, context.world_size,
                    timeout, activity=context.activity)
 
     def start(self) -> "Watchdog":

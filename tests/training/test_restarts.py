@@ -1,0 +1,96 @@
+"""torchrun's restarts (--max-restarts): a rank killed (SIGKILL) or stopped (SIGSTOP, which the
+watchdog ends) mid-run, and the job recovers by itself: the restarted processes meet afresh in
+the same agent's store, resume from the last whole checkpoint, and end where an uninterrupted
+run of the same command ends, tensor for tensor."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import List
+
+import pytest
+import torch.distributed as dist
+
+from tests.conftest import MULTI30K, RESUMABLE, ROOT, SMALL, TORCHRUN, free_port, hook_env, in_update, need, run
+from translate.training import distributed
+from translate.training.watchdog import Watchdog
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from compare_trees import differences  # noqa: E402  (every tensor and value of two checkpoints)
+
+STALL_TIMEOUT = 8  # seconds: what a silent rank is allowed before the other names it
+
+
+def overrides(folder: Path, cache: str) -> List[str]:
+    """15 updates of the small model, a checkpoint every 5, in folder/run."""
+    return [*SMALL[:-2], *RESUMABLE, "train.max_steps=15", f"train.stall_timeout={STALL_TIMEOUT}",
+            f"run_dir={folder / 'run'}", f"data.cache_dir={cache}"]
+
+
+def restartable(*args: str) -> List[str]:
+    """`translate ARGS` in two processes under torchrun, restarted up to twice."""
+    return [*TORCHRUN, "--nproc_per_node=2", "--max-restarts=2", f"--master_port={free_port()}", "-m", "translate", *args]
+
+
+def first_attempt_only(update: int, sent: str) -> str:
+    """Rank 1 sends itself `sent` at the start of its `update`-th update, in torchrun's first
+    attempt alone (a restarted one runs clean)."""
+    return in_update(update, f"if os.environ.get('TORCHELASTIC_RESTART_COUNT') == '0':\n"
+                             f"    os.kill(os.getpid(), signal.{sent})", rank=1)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cache) -> Path:
+    """checkpoint_last.pt of the same command, run without a fault."""
+    need(MULTI30K)
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    result = run(restartable("train", *overrides(folder, cache)), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run" / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("sent, named", [
+    ("SIGKILL", "died while"),
+    # make test-slow, to keep the default suite under 10 minutes: the watchdog's wait, then the same restart
+    pytest.param("SIGSTOP", "stopped answering", marks=pytest.mark.slow)])
+def test_a_killed_or_stopped_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp_path, cache, uninterrupted,
+                                                                                        sent, named):
+    started = time.monotonic()
+    result = run(restartable("train", *overrides(tmp_path, cache)), env=hook_env(tmp_path, first_attempt_only(8, sent)),
+                 timeout=240)
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("translate train: error: rank 1")]
+    assert len(lines) == 1 and named in lines[0], result.stderr[-3000:]
+    # Recovered at the first restart: no other error (a restarted group that cannot meet, or that
+    # hears the previous attempt's processes, fails and costs a restart).
+    assert [line for line in result.stderr.splitlines() if line.startswith("translate train: error:")] == lines
+    assert "resuming from" in result.stderr and "at update 5" in result.stderr
+    assert differences(tmp_path / "run" / "checkpoint_last.pt", uninterrupted) == []
+    assert seconds < 60 + (STALL_TIMEOUT if sent == "SIGSTOP" else 0), seconds
+
+
+def test_each_attempt_meets_in_keys_of_its_own():
+    """torchrun's agent keeps one store for every attempt: the process group's rendezvous keys
+    and the watchdog's beats of a restarted attempt are apart from the previous attempt's (where
+    a dead process's address, or its last word, would be read as the new one's)."""
+    assert distributed._store_prefix(attempt=0, before=0) == ""  # the first group as PyTorch makes it
+    assert len({distributed._store_prefix(a, b) for a in range(3) for b in range(3)}) == 9
+
+
+def test_a_restarted_watchdog_does_not_hear_the_previous_attempts_processes(monkeypatch):
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    before = Watchdog.for_job(distributed.Context(rank=1, world_size=2, attempt=0), timeout=60).start()
+    before.failed("RuntimeError: the first attempt's")
+    before.close()  # its last word: done, and why
+    started = time.monotonic()
+    line = Watchdog.for_job(distributed.Context(rank=0, world_size=2, attempt=1), timeout=0.5).explain()
+    assert line is not None and line.startswith("rank 1 stopped answering"), line  # silent here: not the old word
+    assert time.monotonic() - started < 5
+    same = Watchdog.for_job(distributed.Context(rank=0, world_size=2, attempt=0), timeout=0.5).explain()
+    assert same.startswith("rank 1 failed while starting: RuntimeError: the first attempt's"), same  # as its own attempt hears it
