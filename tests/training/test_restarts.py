@@ -5,9 +5,10 @@ run of the same command ends, tensor for tensor."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import List
 
@@ -15,8 +16,11 @@ import pytest
 import torch.distributed as dist
 
 from tests.conftest import MULTI30K, RESUMABLE, ROOT, SMALL, TORCHRUN, free_port, hook_env, in_update, need, run
+from translate.core.config import TranslateConfig
+from translate.core.run_record import Restart, RunRecord, TrainingTotals
 from translate.training import distributed
 from translate.training.watchdog import Watchdog
+from translate.verbs import table
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from compare_trees import differences  # noqa: E402  (every tensor and value of two checkpoints)
@@ -70,6 +74,11 @@ def test_a_killed_or_stopped_rank_is_restarted_and_the_run_ends_as_an_uninterrup
     assert [line for line in result.stderr.splitlines() if line.startswith("translate train: error:")] == lines
     assert "resuming from" in result.stderr and "at update 5" in result.stderr
     assert differences(tmp_path / "run" / "checkpoint_last.pt", uninterrupted) == []
+    assert "torchrun's restart 1 of at most 2: resuming at update 5; the attempt before ended: rank 1" in result.stderr
+    (restart,) = RunRecord.load(tmp_path / "run").restarts  # when, which attempt, from where, why
+    assert (restart.attempt, restart.resumed_from) == (1, 5) and restart.cause.startswith("rank 1 (pid ")
+    assert named in restart.cause and "stops too" not in restart.cause, restart.cause
+    assert datetime.fromisoformat(restart.at).tzinfo is not None
     assert seconds < 60 + (STALL_TIMEOUT if sent == "SIGSTOP" else 0), seconds
 
 
@@ -94,3 +103,37 @@ def test_a_restarted_watchdog_does_not_hear_the_previous_attempts_processes(monk
     assert time.monotonic() - started < 5
     same = Watchdog.for_job(distributed.Context(rank=0, world_size=2, attempt=0), timeout=0.5).explain()
     assert same.startswith("rank 1 failed while starting: RuntimeError: the first attempt's"), same  # as its own attempt hears it
+
+
+def test_a_restarted_attempt_says_why_the_one_before_ended():
+    """From the previous attempt's last beats: the first error a process stopped with (without
+    its own "rank N stops too"), else the first process that ended without a word."""
+    store = dist.HashStore()
+    previous = dist.PrefixStore("before/", store)
+
+    def beat(rank: int, **word) -> None:
+        previous.set(str(rank), json.dumps({"beat": 3, "doing": "update 8: forward and backward", "pid": 4242,
+                                            "host": "node7", **word}))
+
+    restarted = Watchdog(dist.PrefixStore("now/", store), rank=0, world_size=2, timeout=60, previous=previous)
+    assert restarted.previous_cause() is None  # nothing said
+    beat(1)
+    beat(0, done=True)
+    assert restarted.previous_cause() == "rank 1 (pid 4242 on node7) ended without a word while update 8: forward and backward"
+    beat(0, done=True, failed="rank 1 (pid 4242 on node7) died while update 8: forward and backward; rank 0 stops too "
+                              "(resume with the same command)")
+    assert restarted.previous_cause() == "rank 1 (pid 4242 on node7) died while update 8: forward and backward"
+    assert Watchdog(store, rank=0, world_size=2, timeout=60).previous_cause() is None  # the first attempt: none before
+
+
+def test_the_table_shows_restarts_where_a_run_had_any(tmp_path):
+    training = TrainingTotals(updates=100, seconds=60.0, model_flops=1e12, skipped_updates=0, device="cpu", processes=2,
+                              precision="fp32")
+    restart = Restart(attempt=1, at="2026-12-04T17:00:00+00:00", resumed_from=5, cause="rank 1 died")
+    for name, restarts in (("calm", None), ("faulty", [restart, restart])):
+        RunRecord(settings={"run_dir": str(tmp_path / name)}, training=training, restarts=restarts).save(tmp_path / name)
+    cfg = TranslateConfig()
+    cfg.table.runs = [str(tmp_path / "calm"), str(tmp_path / "faulty")]
+    assert [row["restarts"] for row in table.table(cfg)] == [0, 2]
+    cfg.table.runs = [str(tmp_path / "calm")]
+    assert "restarts" not in table.table(cfg)[0]  # a column only where a run had restarts
