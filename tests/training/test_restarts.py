@@ -56,6 +56,22 @@ def uninterrupted(tmp_path_factory, cache) -> Path:
     return folder / "run" / "checkpoint_last.pt"
 
 
+KILLED_WHILE_SAVING = """
+import os, signal
+if os.environ.get("RANK") == "0" and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+    import translate.checkpoint as c, translate.core.paths as p
+    original = c.save
+    def saving(path, payload):  # checkpoint_last.pt of update 10 half-written, then SIGKILL
+        if path.name == "checkpoint_last.pt" and payload["step"] == 10:
+            with p.atomic_write(path, binary=True) as file:
+                file.write(b"half" * 1000)
+                file.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return original(path, payload)
+    c.save = saving
+"""
+
+
 @pytest.mark.parametrize("sent, named", [
     ("SIGKILL", "died while"),
     # make test-slow, to keep the default suite under 10 minutes: the watchdog's wait, then the same restart
@@ -80,6 +96,27 @@ def test_a_killed_or_stopped_rank_is_restarted_and_the_run_ends_as_an_uninterrup
     assert named in restart.cause and "stops too" not in restart.cause, restart.cause
     assert datetime.fromisoformat(restart.at).tzinfo is not None
     assert seconds < 60 + (STALL_TIMEOUT if sent == "SIGSTOP" else 0), seconds
+
+
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the restart is the test above's
+def test_rank_0_killed_while_saving_is_restarted_and_its_half_written_checkpoint_removed(tmp_path, cache, uninterrupted):
+    result = run(restartable("train", *overrides(tmp_path, cache)), env=hook_env(tmp_path, KILLED_WHILE_SAVING), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 (pid " in result.stderr and "died while saving the checkpoint of update 10" in result.stderr
+    assert "removed what a training killed while saving left half-written: .checkpoint_last.pt." in result.stderr
+    assert [p.name for p in (tmp_path / "run").glob(".checkpoint*")] == []
+    assert differences(tmp_path / "run" / "checkpoint_last.pt", uninterrupted) == []
+
+
+def test_only_the_half_written_checkpoints_of_a_training_are_removed(tmp_path):
+    from translate.checkpoint import remove_unfinished
+
+    left = [".checkpoint_last.pt.k2j3h4g5", ".checkpoint_best.pt.abcdefgh", ".checkpoint_120.pt.x_y-z123"]
+    kept = [".checkpoint_average.pt.abcdefgh", ".run_record.json.abcdefgh", "checkpoint_last.pt", ".checkpoint_x.pt.abcdefgh"]
+    for name in left + kept:
+        (tmp_path / name).write_bytes(b"half")
+    assert remove_unfinished(tmp_path) == sorted(left)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
 def test_each_attempt_meets_in_keys_of_its_own():

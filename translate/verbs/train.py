@@ -16,6 +16,7 @@ from typing import NoReturn, Optional
 import torch
 import torch.distributed as dist
 
+from translate import checkpoint
 from translate.core import run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import TranslateConfig
@@ -115,6 +116,10 @@ def _own(lock: RunLock, context: distributed.Context) -> None:
             lock.acquire()
         except TranslateError as error:
             problem = str(error)
+        else:
+            removed = checkpoint.remove_unfinished(lock.path.parent)
+            if removed:
+                log.warning(f"removed what a training killed while saving left half-written: {', '.join(removed)}")
     problem = distributed.from_main(problem, context)
     if problem:
         raise TranslateError(problem)
