@@ -2,11 +2,15 @@
 whose ranks come from submitit (SLURM's variables), with translate's presets."""
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import FEW, one_line_error, run_cli
+from tests.conftest import FEW, RESUMABLE, ROOT, SMALL, cli, descendants, one_line_error, run, run_cli, start, wait_for
 
 
 def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):
@@ -23,6 +27,37 @@ def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):
     assert "x 1 accumulation x 2 processes" in rank0 and "stopped at update 2" in rank0
     assert "[translate.training.trainer][INFO]" not in rank1  # the other rank logs warnings only
     assert (run_dir / "hydra" / "train" / ".hydra" / "config.yaml").is_file()
+
+
+def test_submitit_requeues_a_preempted_job_which_resumes_exactly(tmp_path, cache):
+    """submitit's signal (preemption, or its warning before the time limit: SIGUSR2) to both
+    tasks of a submitit_local job: they save at the next update, then rank 0 hands the signal to
+    submitit's own handler, which requeues the job through submitit's checkpoint protocol (the
+    local executor starts the tasks again, as SLURM would after `scontrol requeue`); the job
+    resumes and ends as an uninterrupted one, tensor for tensor."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from compare_trees import differences
+
+    def job(folder: str) -> list:
+        overrides = [*SMALL[:-2], *RESUMABLE, "train.max_steps=20", f"run_dir={tmp_path / folder}", f"data.cache_dir={cache}"]
+        return cli("train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", *overrides)
+
+    agent = start(job("preempted"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(tmp_path / "preempted" / "checkpoint_5.pt", timeout=120)
+        tasks = [pid for pid in descendants(agent.pid) if b"SUBMITIT_LOCAL_GLOBALID" in Path(f"/proc/{pid}/environ").read_bytes()]
+        assert len(tasks) == 2
+        for pid in tasks:
+            os.kill(pid, signal.SIGUSR2)
+        assert agent.wait(timeout=180) == 0
+    finally:
+        agent.kill()
+    rank0 = next((tmp_path / "preempted").glob("hydra/submitit/*/*_0_log.err")).read_text()
+    assert "stopped by SIGUSR2 (submitit's preemption or time-limit signal) and saved" in rank0
+    assert "Calling checkpoint method." in rank0 and "Requeued job" in rank0
+    assert "resuming from" in rank0 and "Job completed successfully" in rank0
+    assert run(job("uninterrupted"), timeout=300).returncode == 0
+    assert differences(tmp_path / "preempted" / "checkpoint_last.pt", tmp_path / "uninterrupted" / "checkpoint_last.pt") == []
 
 
 def test_only_rank_0_of_a_submitit_job_writes_hydra_files():

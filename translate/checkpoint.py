@@ -349,3 +349,18 @@ def prune(run_dir: Path, keep_last: int) -> None:
         GenerationSettings.beside(path).unlink(missing_ok=True)
 
 
+
+def remove_unfinished(run_dir: Path) -> List[str]:
+    """Delete the half-written checkpoints a training killed while saving left behind:
+    paths.atomic_write's temporary files (.NAME.XXXXXXXX) of the checkpoints only a training
+    writes (the last, the best, the numbered ones), never trusted, each as large as a whole
+    checkpoint. For the holder of run_dir's lock: no other training writes them meanwhile.
+    Returns the names deleted."""
+    removed = []
+    for path in Path(run_dir).glob(".checkpoint_*.pt.*"):
+        name = path.name[1:].rsplit(".", 1)[0]  # the checkpoint it was to become
+        step = name[len("checkpoint_"):-len(".pt")]
+        if name in (paths.LAST_CHECKPOINT, paths.BEST_CHECKPOINT) or (step.isdigit() and path.is_file()):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return sorted(removed)

@@ -44,6 +44,24 @@ def test_interrupted_preparation_leaves_no_trusted_cache(compose, monkeypatch):
     assert len(prepare(cfg.data, log=lambda _: None).train) == 1014
 
 
+def test_a_preparation_killed_part_way_leaves_nothing_after_the_next(compose):
+    """SIGKILL mid-build (a rank killed under torchrun's restarts) leaves the staging folder,
+    which no clean-up of its own removes: the next build, holding the cache's lock, does."""
+    import shutil
+
+    need(MULTI30K)
+    cfg = compose("train", "config=tiny", "data.train_split=validation", "data.vocab_size=500")
+    folder = prepare(cfg.data, log=lambda _: None).folder
+    shutil.rmtree(folder)
+    for leftover in (f".{folder.name}.new-killed", f".{folder.name}.old-killed"):
+        (folder.parent / leftover).mkdir()
+        (folder.parent / leftover / "train.src_tokens.bin").write_bytes(b"half")
+    (folder.parent / ".another.new-building").mkdir()  # another cache's: not this build's to touch
+    assert len(prepare(cfg.data, log=lambda _: None).train) == 1014
+    assert sorted(p.name for p in folder.parent.iterdir() if not p.name.endswith(".lock")) == [".another.new-building",
+                                                                                            folder.name]
+
+
 def _prepare_in_process(overrides, queue):
     from translate.hydra_cli import load_config
 

@@ -168,6 +168,17 @@ def atomic_folder(folder: Path, what: str) -> Iterator[Path]:
         raise TranslateError(f"cannot write {what} {folder}: {describe(failed)}; {before}") from None
 
 
+def remove_unfinished_folders(folder: Path) -> List[str]:
+    """Delete the staging and retired folders beside `folder` that an atomic_folder killed
+    part-way left (SIGKILL: its own clean-up never ran); returns their names. Only for a caller
+    that alone writes `folder` meanwhile (the token cache's builder holds its lock)."""
+    removed = []
+    for leftover in [*folder.parent.glob(f".{folder.name}.new-*"), *folder.parent.glob(f".{folder.name}.old-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+        removed.append(leftover.name)
+    return sorted(removed)
+
+
 def _swap_in(staging: Path, folder: Path) -> None:
     """Replace `folder` by the complete `staging` folder with two renames."""
     if not folder.exists():

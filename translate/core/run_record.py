@@ -241,6 +241,17 @@ class Score(JsonObject):
 
 
 @dataclass(kw_only=True)
+class Restart(JsonObject):
+    """One of torchrun's restarts of the job (--max-restarts): when, which attempt, the update it
+    resumed from, and why the attempt before it ended, where that one's processes said."""
+
+    attempt: int  # TORCHELASTIC_RESTART_COUNT: 1 for the first restart
+    at: str  # UTC, ISO 8601
+    resumed_from: int  # the update of the checkpoint it resumed (0: none yet)
+    cause: Optional[str] = None
+
+
+@dataclass(kw_only=True)
 class RunRecord(JsonObject):
     """The whole record; a part the run has not written yet is None. Keys it does not name
     (tune's entries) are kept in `others` as they are."""
@@ -254,6 +265,7 @@ class RunRecord(JsonObject):
     valid: Optional[Validation] = None
     target: Optional[Target] = None
     scores: Optional[List[Score]] = None
+    restarts: Optional[List[Restart]] = None
     others: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -325,6 +337,13 @@ def previous_training(run_dir: Path, resumed_step: Optional[int]) -> Compute:
         return Compute()
     training = RunRecord.load(run_dir).training
     return training.compute() if training is not None and training.updates == resumed_step else Compute()
+
+
+def record_restart(run_dir: Path, restart: Restart) -> None:
+    """train's note of a restarted attempt, beside those before it."""
+    record = RunRecord.load(run_dir)
+    record.restarts = [*(record.restarts or []), restart]
+    record.save(run_dir)
 
 
 def record_score(run_dir: Path, score: Score) -> None:

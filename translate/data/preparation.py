@@ -104,8 +104,11 @@ def _read_spm_model(path: str) -> bytes:
 
 def _build(folder: Path, data: DataConfig, train: ParallelCorpus, valid: Optional[ParallelCorpus], log) -> None:
     """Build the cache in a staging folder beside `folder`, swapped in whole (over a damaged or
-    stale folder of that name); an operating-system error (a full disk, a file-size limit) is
+    stale folder of that name), once the staging folders of builds killed part-way are gone; an operating-system error (a full disk, a file-size limit) is
     one line, and nothing of the staging folder is kept."""
+    removed = paths.remove_unfinished_folders(folder)
+    if removed:
+        warn(f"removed what a preparation killed part-way left beside {folder}: {', '.join(removed)}")
     with paths.atomic_folder(folder, "the token cache") as staging:
         report = _encode_splits(staging, data, train, valid, log)
         report.save(staging)  # last: marks the folder complete

@@ -47,6 +47,7 @@ class Context:
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     job: int = 0  # process groups this process has joined, this job's included (a multirun sweep joins one per job)
+    attempt: int = 0  # torchrun's restarts of the job before this one (--max-restarts)
     host_group: Any = field(default=None, repr=False, compare=False)  # gloo beside NCCL, for numbers the host holds
     activity: Activity = field(default_factory=Activity, repr=False, compare=False)
 
@@ -119,14 +120,16 @@ def init(timeout_minutes: float = 30.0) -> Context:
     if cuda:
         torch.cuda.set_device(device)
     host_group = None
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if world_size > 1 and not dist.is_initialized():
-        _init_process_group(backend, timeout, rank, world_size, _PROCESS.groups_joined)
+        _init_process_group(backend, timeout, rank, world_size, _store_prefix(attempt, _PROCESS.groups_joined))
         _PROCESS.groups_joined += 1
         # Host numbers (token counts, stop flags) go through gloo: summed through NCCL they
         # would have to be copied to the GPU and back, and the host would wait for its queue.
         host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     rank = dist.get_rank() if dist.is_initialized() else rank
-    return Context(rank, world_size, local_rank, device, job=_PROCESS.groups_joined, host_group=host_group)
+    return Context(rank, world_size, local_rank, device, job=_PROCESS.groups_joined, attempt=attempt,
+                   host_group=host_group)
 
 
 @dataclass
@@ -139,20 +142,28 @@ class _Process:
 _PROCESS = _Process()
 
 
-def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int, before: int) -> None:
-    """The default process group, from MASTER_ADDR/MASTER_PORT (env://); `before`: the groups
-    this process joined before it.
+def _store_prefix(attempt: int, before: int) -> str:
+    """Where the process group's rendezvous keys go in the job's store: `attempt`, torchrun's
+    restarts before this one; `before`, the groups this process joined before this one.
 
-    The first one as PyTorch makes it. A later one (the next job of a multirun sweep, in the
-    same processes) gets a store prefix of its own: torchrun's store outlives the previous
-    group, and PyTorch names the new one as it named that one, so the previous group's
-    rendezvous keys would be read again (and the job would hang).
+    The first group of the first attempt as PyTorch makes it (no prefix). Any other gets a
+    prefix of its own, since torchrun's store outlives the group and PyTorch names each group
+    as it named the previous one: a later job of a multirun sweep (in the same processes), or
+    the group of a restarted attempt (new processes, the same agent's store), would read the
+    previous group's keys: the addresses of processes that are gone (gloo: "connectFullMesh
+    failed ... Connection refused"), or a hang.
     """
-    if before == 0:
+    return "" if attempt == 0 and before == 0 else f"translate-{attempt}-{before}/"
+
+
+def _init_process_group(backend: str, timeout: timedelta, rank: int, world_size: int, prefix: str) -> None:
+    """The default process group, from MASTER_ADDR/MASTER_PORT (env://), its keys under
+    `prefix` in the store (see _store_prefix)."""
+    if not prefix:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
     else:
         store, rank, world_size = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
-        store = dist.PrefixStore(f"translate-{before}/", store)
+        store = dist.PrefixStore(prefix, store)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -62,8 +63,9 @@ class Watchdog:
     peer behind a collective that failed (a closed connection: a process that died)."""
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, timeout: float, interval: float = 1.0,
-                 activity: Optional[distributed.Activity] = None):
+                 activity: Optional[distributed.Activity] = None, previous: Optional[dist.Store] = None):
         self.store, self.rank, self.world_size = store, rank, world_size
+        self.previous = previous  # the beats of torchrun's attempt before this one, if this is a restart
         self.timeout, self.interval = timeout, interval
         self.activity = activity if activity is not None else distributed.Activity()
         self.peers: Dict[int, Peer] = {r: Peer(heard=time.monotonic()) for r in range(world_size) if r != rank}
@@ -76,12 +78,17 @@ class Watchdog:
     def for_job(cls, context: distributed.Context, timeout: float) -> "Watchdog":
         """The watchdog of this process of the job, on a connection of its own to the job's store
         (MASTER_ADDR:MASTER_PORT, which torchrun's agent or rank 0 serves), its keys apart for
-        each job of a sweep."""
+        each job of a sweep and each of torchrun's restarts: the beats of a previous attempt's
+        processes (done, failed, or a dead process id) would otherwise speak for this one's."""
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(timeout, 30.0)),
                               wait_for_workers=False)
-        return cls(dist.PrefixStore(f"translate-watchdog-{context.job}/", store), context.rank, context.world_size,
-                   timeout, activity=context.activity)
+
+        def beats(attempt: int) -> dist.Store:
+            return dist.PrefixStore(f"translate-watchdog-{attempt}-{context.job}/", store)
+
+        return cls(beats(context.attempt), context.rank, context.world_size, timeout, activity=context.activity,
+                   previous=beats(context.attempt - 1) if context.attempt else None)
 
     def start(self) -> "Watchdog":
         self.thread.start()
@@ -93,10 +100,38 @@ class Watchdog:
         self.stop.set()
         self.activity.changed.set()  # wakes the thread now
         self.thread.join(seconds)
+        self._last_word()
+
+    def _last_word(self) -> None:
+        """Done, and the error this process stops with, if any: the others, and the processes of
+        a restarted attempt (previous_cause), read it."""
         try:
             self.store.set(str(self.rank), json.dumps({"beat": self.beat + 1, "doing": "done", "done": True, **self.failure}))
         except Exception:  # the store's server has ended already: no one is left to tell
             pass
+
+    def previous_cause(self) -> Optional[str]:
+        """In a restarted attempt: why the attempt before it ended, as its processes' last beats
+        say. The first error one of them stopped with (the line naming a peer that died or
+        stalled, from the peer that saw it), else the first that ended without a word (killed)
+        and what it was doing; None where none of them says."""
+        if self.previous is None:
+            return None
+        words = {}
+        try:
+            for rank in range(self.world_size):
+                if self.previous.check([str(rank)]):
+                    words[rank] = json.loads(self.previous.get(str(rank)))
+        except Exception:  # the store's server is gone: nothing more is known
+            pass
+        for rank, word in words.items():
+            if word.get("failed"):
+                return re.sub(rf"; rank {rank} stops too.*$", "", word["failed"])
+        for rank, word in words.items():
+            if not word.get("done"):
+                where = f" (pid {word['pid']} on {word['host']})" if word.get("pid") else ""
+                return f"rank {rank}{where} ended without a word while {word['doing']}"
+        return None
 
     def failed(self, line: str) -> None:
         """This process stops with an error (the first it reports): from now on its beats carry
@@ -177,6 +212,8 @@ class Watchdog:
         process of this host is ended too (SIGKILL: a stopped process takes no other signal),
         as torchrun would after its grace period: the job ends now, not 30 s later."""
         print(f"translate train: error: {line}", file=sys.stderr, flush=True)
+        self.failure = {"failed": line, "failed_while": self.activity.what}
+        self._last_word()  # for the others, and for a restarted attempt
         if stalled is not None and stalled.pid and stalled.host == socket.gethostname() and _alive(stalled.pid):
             try:
                 os.kill(stalled.pid, signal.SIGKILL)

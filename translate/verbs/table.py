@@ -3,9 +3,10 @@
 Each run is read from its run record (run_record.json, which train keeps and bleu adds to): the
 settings that differ between the runs, parameters, updates, training compute, the last
 validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored and
-how many times its test split was scored (where any run's was), and the minutes and updates to
-train.target_bleu where a run had one. Runs that differ only in train.seed are one row: the
-mean of each measure, its standard deviation (<measure>_std) and the number of seeds (n).
+how many times its test split was scored (where any run's was), the minutes and updates to
+train.target_bleu where a run had one, and torchrun's restarts where a run had any. Runs that
+differ only in train.seed are one row: the mean of each measure, its standard deviation
+(<measure>_std) and the number of seeds (n).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.
 READERS = ("table.", "plot.", "tune.")
 SEED = "train.seed"
 # What a run measured: over the seeds of one row, a mean and a standard deviation each.
-MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates")
+MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates",
+            "restarts")
 SCORINGS = "test_scorings"  # how many times each run's test split was scored: a count per run, never averaged
 
 
@@ -65,6 +67,8 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
             target = record.target
             row["target_minutes"] = target.process_seconds / 60 if target else None
             row["target_updates"] = target.update if target else None
+        if any(r.restarts for r in records):  # torchrun's restarts after a fault (--max-restarts)
+            row["restarts"] = len(record.restarts or [])
         table.append(row)
     return table
 

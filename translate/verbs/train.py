@@ -8,20 +8,26 @@ Knows nothing of Hydra: takes the typed TranslateConfig.
 from __future__ import annotations
 
 import logging
+import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn, Optional
 
 import torch
 import torch.distributed as dist
 
+from translate import checkpoint
+from translate.core import run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import TranslateConfig
 from translate.core.errors import TranslateError, headline
+from translate.core.run_record import Restart
 from translate.training import distributed
 from translate.training.run_lock import RunLock
 from translate.training.trainer import Trainer
 from translate.training.watchdog import Watchdog
 
+log = logging.getLogger(__name__)
 package_log = logging.getLogger("translate")  # every module's logger is below it
 
 
@@ -43,6 +49,8 @@ def train(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> Path:
             watchdog.start()
         _own(lock, context)
         trainer = Trainer.setup(cfg, context, (command or CommandLine("train")).text())
+        if context.attempt and context.is_main:
+            _restarted(Path(cfg.run_dir), context.attempt, trainer.state.updates, watchdog)
         try:
             return trainer.train()
         except Exception as error:  # named while the stop signals are still caught
@@ -89,6 +97,16 @@ def _collective_failure(error: Exception) -> bool:
         sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL"))
 
 
+def _restarted(run_dir: Path, attempt: int, resumed_from: int, watchdog: Optional[Watchdog]) -> None:
+    """A restarted attempt of torchrun's (--max-restarts): a line, and its note in the run record,
+    with why the attempt before it ended where that one's processes said (their watchdog's)."""
+    cause = watchdog.previous_cause() if watchdog is not None else None
+    log.warning(f"torchrun's restart {attempt} of at most {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: "
+                f"resuming at update {resumed_from}" + (f"; the attempt before ended: {cause}" if cause else ""))
+    run_record.record_restart(run_dir, Restart(attempt=attempt, at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                               resumed_from=resumed_from, cause=cause))
+
+
 def _own(lock: RunLock, context: distributed.Context) -> None:
     """The main process takes run_dir's lock for the whole job; if another training holds it,
     every process of this job stops with the holder's name, before anything is written."""
@@ -98,6 +116,10 @@ def _own(lock: RunLock, context: distributed.Context) -> None:
             lock.acquire()
         except TranslateError as error:
             problem = str(error)
+        else:
+            removed = checkpoint.remove_unfinished(lock.path.parent)
+            if removed:
+                log.warning(f"removed what a training killed while saving left half-written: {', '.join(removed)}")
     problem = distributed.from_main(problem, context)
     if problem:
         raise TranslateError(problem)
