@@ -14,6 +14,7 @@ import torch
 
 from tests.conftest import MULTI30K, run_cli, run_dir_of
 from translate.checkpoint import Checkpoint, GenerationSettings, Identity
+from translate.core import run_record
 from translate.core.command_line import CommandLine
 from translate.core.config import DecodeConfig, ModelConfig, to_plain
 from translate.core.errors import TranslateError
@@ -172,3 +173,20 @@ def test_alphas_beyond_the_grid_while_its_largest_is_best():
     assert [s["alpha"] for s in search_alphas(grid, 2.0, score)] == grid + [1.8]
     assert [s["alpha"] for s in search_alphas(grid, 0.0, score)] == grid
     assert [s["alpha"] for s in search_alphas([1.5, 2.1, 2.7], 3.0, score)] == [1.5, 2.1, 2.7]  # the best is inside
+
+
+def test_an_alpha_tuned_before_it_was_kept_beside_the_weights_is_named_not_used(tmp_path, caplog):
+    """A run tuned by an older translate holds its alpha in the run record alone: decode no
+    longer reads it there, and says so rather than drop it silently; a choice kept beside the
+    weights (its record entry names their fingerprint) draws no such line."""
+    write_weights(tmp_path / "checkpoint_last.pt", 1, 4)
+    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_last.pt", {"alpha": 1.4, "weights": {"step": 4}})
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        assert Checkpoint.load(tmp_path / "checkpoint_last.pt").generation() is None
+    assert "chose alpha 1.4 for it before its choice was kept beside the weights; it is not used" in caplog.text
+    caplog.clear()
+    run_record.record_length_penalty(tmp_path, tmp_path / "checkpoint_last.pt",
+                                     {"alpha": 1.4, "weights": {"step": 4, "fingerprint": "0"}})
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        Checkpoint.load(tmp_path / "checkpoint_last.pt").generation()
+    assert "before its choice was kept" not in caplog.text

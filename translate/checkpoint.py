@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from translate.core import paths
+from translate.core import paths, run_record
 from translate.core.config import ModelConfig, from_plain, to_plain
 from translate.core.errors import MissingCheckpoint, TranslateError, describe, os_error_in
 from translate.data.vocabulary import SpecialIds, Vocabulary
@@ -199,6 +199,10 @@ class Checkpoint:
         if self.path is None:
             return None
         tuned = GenerationSettings.read(self.path)
+        older = run_record.tuned_by_older_version(self.path.parent, self.path) if tuned is None else None
+        if older is not None:  # said, so that a run tuned before keeps no alpha silently
+            log.warning(f"{self.path}: translate tune chose alpha {older} for it before its choice was kept beside the "
+                        "weights; it is not used: translate tune again keeps one beside them")
         if tuned is not None and tuned.weights != self.identity():
             log.warning(f"{GenerationSettings.beside(self.path)}: translate tune chose alpha {tuned.length_penalty} for "
                         f"{self.path.name} when it held {tuned.weights.describe()}; it holds "

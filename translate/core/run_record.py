@@ -374,6 +374,15 @@ def record_length_penalty(run_dir: Path, checkpoint: Path, entry: Dict[str, Any]
     save(run_dir, record)
 
 
+def tuned_by_older_version(run_dir: Path, checkpoint: Path) -> Optional[float]:
+    """The alpha a translate tune from before GenerationSettings recorded for this checkpoint in
+    the run record alone (its entry names no weights' fingerprint); None where there is none."""
+    record = load(run_dir)
+    entry = record[LENGTH_PENALTIES].get(checkpoint_key(run_dir, checkpoint)) if LENGTH_PENALTIES in record else record.get(LENGTH_PENALTY)
+    older = isinstance(entry, dict) and isinstance(entry.get("alpha"), (int, float)) and "fingerprint" not in (entry.get("weights") or {})
+    return float(entry["alpha"]) if older else None
+
+
 def run_dirs(folders: List[str]) -> List[Path]:
     """The runs of the given folders: a run (it has a run record) stands for itself, a multirun's
     folder for its jobs (the folders below it with a record); anything else is refused."""
