@@ -29,6 +29,7 @@ def test_submitit_local_runs_two_ranks_with_one_checkpoint(tmp_path, cache):
     assert (run_dir / "hydra" / "train" / ".hydra" / "config.yaml").is_file()
 
 
+@pytest.mark.slow  # make test-slow: about 30 s of two submitit jobs, kept out to hold the default suite under 10 minutes
 def test_submitit_requeues_a_preempted_job_which_resumes_exactly(tmp_path, cache):
     """submitit's signal (preemption, or its warning before the time limit: SIGUSR2) to both
     tasks of a submitit_local job: they save at the next update, then rank 0 hands the signal to
