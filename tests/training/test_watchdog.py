@@ -158,3 +158,16 @@ def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monke
         train_verb.train(compose("train"))
     assert getattr(handlers[0], "__self__", None).__class__ is StopSignals  # caught while leaving the group
     assert signal.getsignal(signal.SIGTERM) == before  # and given back at the end
+
+
+def test_the_stop_line_says_what_follows(monkeypatch):
+    """Under torchrun with restarts left the job restarts by itself; else the user resumes it."""
+    from translate.training.watchdog import _what_follows
+
+    monkeypatch.delenv("TORCHELASTIC_MAX_RESTARTS", raising=False)
+    assert _what_follows() == "resume with the same command"
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "2")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert _what_follows() == "torchrun restarts the job from its last checkpoint"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")  # the last attempt: no restart left
+    assert _what_follows() == "resume with the same command"

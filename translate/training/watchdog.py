@@ -168,10 +168,10 @@ class Watchdog:
             for rank, peer in self.peers.items():
                 if peer.failed:
                     return (f"rank {rank}{peer.where()} failed while {peer.failed_while}: {peer.failed}; rank {self.rank} "
-                            f"stops too (resume with the same command)")
+                            f"stops too ({_what_follows()})")
                 if peer.pid and not peer.done and peer.host == socket.gethostname() and not _alive(peer.pid):
                     return (f"rank {rank} (pid {peer.pid} on {peer.host}) died while {peer.doing}; rank {self.rank} "
-                            f"stops too (resume with the same command)")
+                            f"stops too ({_what_follows()})")
             line = self.stalled()
             if line is not None or time.monotonic() > deadline:
                 return line
@@ -229,3 +229,10 @@ def _alive(pid: int) -> bool:
             return file.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _what_follows() -> str:
+    """What a stop of the job leads to: torchrun's restart while it has restarts left
+    (--max-restarts), else the user's own command."""
+    left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return "torchrun restarts the job from its last checkpoint" if left > 0 else "resume with the same command"
