@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One seed of a preset, by the README's chain and nothing else: `translate train`, `tune` (alpha
+# on the dev split), then each held-out test split decoded and scored once by `translate decode`
+# and `translate bleu`, all with the same config=. Every score is written by bleu into the run's
+# record (RUN_DIR/run_record.json); scripts/results_tables.py makes the tables from there.
+#
+#   scripts/preset_chain.sh multi30k_lowercase 5 /work/runs/multi30k_lowercase-seed5
+#   scripts/preset_chain.sh multi30k_en_fr_lowercase 5 RUN_DIR "test test_2017_flickr"
+#
+# SPLITS (4th argument) defaults to Multi30k's four test splits; PYTHON to the checkout's .venv.
+# Refuses a RUN_DIR that exists: a seed is run once, and its test splits scored once.
+set -euo pipefail
+if [[ $# -lt 3 ]]; then
+    sed -n '2,11p' "$0" >&2
+    exit 2
+fi
+config=$1 seed=$2 run_dir=$3
+splits=${4:-test test_2017_flickr test_2017_mscoco test_2018_flickr}
+python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
+if [[ -e $run_dir ]]; then
+    echo "preset_chain: $run_dir exists; a seed's test splits are scored once: give a new RUN_DIR" >&2
+    exit 1
+fi
+mkdir -p "$run_dir"
+{ lscpu; echo "commit $(git -C "$(dirname "$0")" rev-parse HEAD)"; } >"$run_dir/machine.txt"
+common=("config=$config" "run_dir=$run_dir")
+"$python" -m translate train "${common[@]}" "train.seed=$seed"
+"$python" -m translate tune "${common[@]}"
+for split in $splits; do
+    "$python" -m translate decode "${common[@]}" "decode.split=$split"
+    "$python" -m translate bleu "${common[@]}" "decode.split=$split"
+done
