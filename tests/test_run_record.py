@@ -121,7 +121,7 @@ def test_decode_writes_what_it_decoded_and_bleu_records_it(trained_run, tmp_path
     decoded = run_record.Decoded.read(output)
     identity = Checkpoint.load(run / "checkpoint_average.pt").identity()  # config=tiny averages the last ones
     assert decoded is not None and decoded.checkpoint == str(run / "checkpoint_average.pt") and decoded.split == "test"
-    assert (decoded.weights.update, decoded.weights.fingerprint) == (identity.step, identity.fingerprint)
+    assert (decoded.weights.update, decoded.weights.fingerprint) == (identity.update, identity.fingerprint)
     assert decoded.weights.update == 30 and decoded.weights.averaged == list(identity.averaged) and identity.averaged
     assert (decoded.beam_size, decoded.length_penalty, decoded.length_penalty_origin) == (2, 0.8, "given on the command line")
     assert decoded.machine.cpu == cpu_model() and decoded.machine.isa in ("AVX512", "AVX2", "DEFAULT", "VSX", "ZVECTOR", "SVE256")

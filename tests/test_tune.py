@@ -52,6 +52,21 @@ def test_the_configurations_alpha_without_a_choice_the_tuned_one_with_it_the_com
     assert chosen.decoding(DecodeConfig(), CommandLine.of("decode", ["decode.beam_size=2"])).settings.length_penalty == 1.2
 
 
+def test_the_tuned_settings_name_the_weights_as_decodes_record_does_and_older_files_still_read(tmp_path):
+    """One JSON shape for weights ({update, averaged, fingerprint}: run_record.Weights, decode's
+    record) in <checkpoint>.generation.json; a file that named the update "step" reads the same."""
+    checkpoint = tmp_path / "checkpoint_7.pt"
+    written = GenerationSettings(1.2, 4, Identity(7, ("checkpoint_6.pt", "checkpoint_7.pt"), "ab"), split="validation")
+    path = written.write(checkpoint)
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert saved["weights"] == {"update": 7, "averaged": ["checkpoint_6.pt", "checkpoint_7.pt"], "fingerprint": "ab"}
+    assert set(saved["weights"]) == set(run_record.Weights.__dataclass_fields__)
+    assert GenerationSettings.read(checkpoint) == written
+    saved["weights"]["step"] = saved["weights"].pop("update")
+    path.write_text(json.dumps(saved), encoding="utf-8")
+    assert GenerationSettings.read(checkpoint) == written
+
+
 def test_an_alpha_tuned_on_other_weights_than_the_path_holds_now_is_not_used(tmp_path, caplog):
     """tune binds its choice to the weights it tuned (the update, the checkpoints averaged, a hash
     of the weights); the same path holding others later (an average rebuilt from newer
@@ -140,7 +155,7 @@ def test_tune_records_the_best_alpha_and_decode_uses_it(trained_run, tmp_path):
     chosen = tuned.generation()  # beside the checkpoint, bound to the weights it tuned
     assert chosen is not None and printed[chosen.length_penalty] == max(printed.values())
     assert chosen.split == "validation" and chosen.sentences == 150 and chosen.beam_size == 4
-    assert chosen.weights == tuned.identity() and chosen.weights.step > 0 and chosen.command.startswith("translate tune")
+    assert chosen.weights == tuned.identity() and chosen.weights.update > 0 and chosen.command.startswith("translate tune")
     assert recorded["alpha"] == chosen.length_penalty and recorded["weights"]["fingerprint"] == chosen.weights.fingerprint
 
     # Each score is the sacreBLEU of the model's own beam search at that alpha, scored apart.

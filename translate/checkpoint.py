@@ -55,15 +55,17 @@ _SAMPLED = 1024  # values of each weight that Identity's hash reads
 class Identity:
     """Which weights a checkpoint holds, cheaply told apart: the update they were written at,
     for an average the names of the checkpoints averaged, and a hash of evenly spaced values of
-    every weight (a sample: hashing a large model whole would take seconds)."""
+    every weight (a sample: hashing a large model whole would take seconds). Written as
+    {update, averaged, fingerprint} wherever a file names weights (tune's settings and history,
+    decode's record: run_record.Weights)."""
 
-    step: int
+    update: int  # the checkpoint's step: the updates its weights have seen
     averaged: Tuple[str, ...] = ()
     fingerprint: str = ""
 
     def describe(self) -> str:
         mean = f", the mean of {self.averaged[0]} .. {self.averaged[-1]}" if len(self.averaged) > 1 else ""
-        return f"update {self.step}{mean}"
+        return f"update {self.update}{mean}"
 
 
 @dataclass
@@ -260,8 +262,10 @@ class GenerationSettings:
         path = cls.beside(checkpoint)
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
-            weights = Identity(int(saved["weights"]["step"]), tuple(saved["weights"].get("averaged", ())),
-                               str(saved["weights"].get("fingerprint", "")))
+            named = saved["weights"]
+            update = named["update"] if "update" in named else named["step"]  # "step": written before the shapes were one
+            weights = Identity(int(update), tuple(named.get("averaged", ())),
+                               str(named.get("fingerprint", "")))
             return cls(float(saved["length_penalty"]), int(saved["beam_size"]), weights, split=str(saved.get("split", "")),
                        sentences=int(saved.get("sentences", 0)), scores=list(saved.get("scores", [])),
                        command=str(saved.get("command", "")))

@@ -96,7 +96,7 @@ def record_decoded(translator: Translator, checkpoint: Path, decoding: Decoding,
     identity, settings = translator.identity, decoding.settings
     assert identity is not None  # read from a checkpoint
     device = translator.device
-    Decoded(checkpoint=str(checkpoint), weights=Weights(update=identity.step, averaged=list(identity.averaged),
+    Decoded(checkpoint=str(checkpoint), weights=Weights(update=identity.update, averaged=list(identity.averaged),
                                                         fingerprint=identity.fingerprint),
             split=split, beam_size=settings.beam_size, length_penalty=settings.length_penalty,
             length_penalty_origin=decoding.length_penalty_origin, sampling=settings.sampling,
