@@ -61,3 +61,15 @@ def test_a_plain_run_composes_the_configuration_once(trained_run, tmp_path):
                  check=True, timeout=300)
     assert "compositions: 1\n" in result.stderr, result.stderr[-2000:]
     assert (run_dir_of(trained_run) / "hydra" / "decode" / ".hydra" / "hydra.yaml").is_file()  # Hydra's files, as before
+
+
+def test_another_hydra_runs_through_hydra_main(monkeypatch):
+    """run_single calls Hydra 1.3's internal run path; with another Hydra a plain run goes through
+    hydra.main (three compositions, the same job) rather than break."""
+    import hydra
+
+    from translate.hydra_cli import single_run
+
+    assert single_run(["config=tiny"]) and not single_run(["-m", "config=tiny"])
+    monkeypatch.setattr(hydra, "__version__", "1.4.0")
+    assert not single_run(["config=tiny"])

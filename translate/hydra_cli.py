@@ -214,7 +214,24 @@ def single_run(overrides: List[str]) -> bool:
     --help, ...) and no hydra.mode. Then run_single does hydra.main's work with one composition,
     where check_overrides and hydra.main compose three times (hydra.main composes once to learn
     the mode, then again to run)."""
-    return not any(arg.startswith("-") or arg.lstrip("+~").startswith("hydra.mode") for arg in overrides)
+    plain = not any(arg.startswith("-") or arg.lstrip("+~").startswith("hydra.mode") for arg in overrides)
+    return plain and internal_run_path()
+
+
+def internal_run_path() -> bool:
+    """Whether run_single can run a job as Hydra does: it calls Hydra 1.3's internal run path
+    (hydra._internal, no public API for one composition), so another Hydra runs through
+    hydra.main instead, composing three times but the same."""
+    import hydra
+
+    if not hydra.__version__.startswith("1.3."):
+        return False
+    try:
+        from hydra._internal.hydra import Hydra
+        from hydra._internal.utils import run_and_report  # noqa: F401
+    except ImportError:
+        return False
+    return all(hasattr(Hydra, name) for name in ("create_main_hydra2", "compose_config"))
 
 
 def run_single(verb: str, overrides: List[str], task: Callable[[DictConfig], None]) -> Optional[str]:
