@@ -13,7 +13,8 @@ seconds from that update to the restarted attempt's first one, and the seconds l
 (the faulted run's wall time less the uninterrupted one's, over the faults seen).
 
 With --save-stall, instead: the seconds a checkpoint save stops training for, at base's and
-big's sizes (one JSON line each).
+big's sizes, written in the foreground and in the background (checkpoint.background), and what a
+background write takes from training meanwhile (one JSON line each).
 
     .venv/bin/python scripts/chaos.py --faults 10 --processes 2
     .venv/bin/python scripts/chaos.py --save-stall base big
@@ -111,28 +112,60 @@ def seconds_to_resume(stderr: str) -> List[float]:
 def save_stall(preset: str, folder: Path, vocabulary: int = 37000) -> Dict[str, object]:
     """What a checkpoint save stops training for at a preset's size (the paper's 37k shared
     vocabulary): checkpoint_last.pt (weights and Adam's two moments) and the numbered weights,
-    written as Trainer.save writes them (atomically, on disk), from the host's memory."""
+    written as Trainer.save writes them (atomically, on disk), from the host's memory; first in
+    the foreground (checkpoint.background=false: training waits for the disk), then twice in the
+    background (training waits for the copy in memory alone; the first copy faults its memory in,
+    the second, the figure, reuses it as the trainer's next save does). While that write runs, a
+    fixed matrix-product workload stands in for training: its speed then over its speed alone
+    (the same work, after) is what the write takes from training meanwhile."""
     from dataclasses import replace
 
     import torch
 
-    from translate.core import paths
+    from translate.core.host_memory import keep_freed_memory
     from translate.hydra_cli import load_config
     from translate.model import Transformer
+    from translate.training.checkpoint_writer import CheckpointWriter
 
     model = Transformer(replace(load_config("train", [f"config={preset}"]).model, vocab_size=vocabulary), pad_id=0)
-    weights = model.state_dict()
+    weights = {name: tensor.detach() for name, tensor in model.state_dict().items()}
     moments = {i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
                for i, p in enumerate(model.parameters())}
-    seconds = {}
-    for name, payload in (("checkpoint_last", {"model": weights, "optimizer": {"state": moments}}), ("numbered", {"model": weights})):
+    numbered = {"model": weights, "model_config": {}, "vocabulary": b"", "step": 1}  # what checkpoint.save requires
+    last = {**numbered, "optimizer": {"state": moments}}
+    files = [(folder / "checkpoint_last.pt", last), (folder / "numbered.pt", numbered)]
+    seconds: Dict[str, object] = {}
+    for name, payload in files:  # the foreground save, file by file
         started = time.monotonic()
-        with paths.atomic_write(folder / f"{name}.pt", binary=True, sync=True) as file:
-            torch.save(payload, file)
-        seconds[name] = round(time.monotonic() - started, 2)
-        seconds[f"{name}_gb"] = round((folder / f"{name}.pt").stat().st_size / 1e9, 2)
-        (folder / f"{name}.pt").unlink()
-    return {"measurement": "save_stall", "preset": preset, "parameters": model.num_parameters(), **seconds}
+        CheckpointWriter(background=False).save([(name, payload)])
+        seconds[f"{name.stem}_s"] = round(time.monotonic() - started, 2)
+        seconds[f"{name.stem}_gb"] = round(name.stat().st_size / 1e9, 2)
+    seconds["foreground_stop_s"] = round(seconds["checkpoint_last_s"] + seconds["numbered_s"], 2)
+    keep_freed_memory()  # as the trainer does on a CPU: the copy's pages are reused from one save to the next
+    writer, a, b = CheckpointWriter(background=True), torch.randn(512, 512), torch.randn(512, 512)
+    for attempt in ("first", "again"):  # the first copy faults its pages in; later ones reuse them
+        started = time.monotonic()
+        writer.save(files)
+        stop = round(time.monotonic() - started, 2)  # the copy in memory
+        chunks, busy = 0, time.monotonic()
+        while writer.pending is not None and writer.pending.thread.is_alive():
+            for _ in range(10):
+                a @ b
+            chunks += 1
+        during = time.monotonic() - busy
+        writer.wait()
+        written = round(time.monotonic() - started, 2)
+        if attempt == "first":
+            seconds.update(background_first_stop_s=stop, background_first_write_s=written)
+    seconds.update(background_stop_s=stop, background_write_s=written)
+    quiet = time.monotonic()
+    for _ in range(10 * chunks):
+        a @ b
+    alone = time.monotonic() - quiet
+    seconds["training_speed_while_writing"] = round(alone / during, 2) if chunks else None
+    for name, _ in files:
+        name.unlink()
+    return {"measurement": f"save_stall_{preset}", "preset": preset, "parameters": model.num_parameters(), **seconds}
 
 
 def main() -> None:

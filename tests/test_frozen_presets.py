@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 FROZEN = Path(__file__).parent / "frozen"
-PLACES = {("run_dir",), ("data", "path"), ("data", "cache_dir")}  # where files go, not what trains
+PLACES = {("run_dir",), ("data", "path"), ("data", "cache_dir"),  # where files go, not what trains
+          ("checkpoint", "background")}  # how they are written (the same bytes: test_checkpoint_writer)
 
 
 def settings(preset: str) -> dict:

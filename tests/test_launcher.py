@@ -136,3 +136,20 @@ def test_submitit_time_limit_warning_is_a_stop_signal(monkeypatch):
 def test_a_launcher_without_multirun_is_one_clear_error():
     result = run_cli("train", "hydra/launcher=submitit_slurm", "config=tiny")
     one_line_error(result, "takes effect in a multirun only", "translate train -m hydra/launcher=submitit_slurm")
+
+
+def test_the_stop_line_says_submitit_requeues_where_its_signal_stopped_the_run(monkeypatch):
+    import signal
+
+    from translate.training.stop_signals import StopSignals
+
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    stops = StopSignals()
+    try:
+        stops.received = signal.SIGUSR2  # submitit's preemption and time-limit signal
+        assert stops.how_to_resume() == "submitit requeues the job, which resumes from it"
+        stops.received = signal.SIGTERM
+        assert stops.how_to_resume() == "run the same command to resume"
+    finally:
+        stops.received = None  # close() would hand a received SIGUSR2 on to submitit's handler
+        stops.close()

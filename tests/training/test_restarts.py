@@ -102,7 +102,8 @@ def test_a_killed_or_stopped_rank_is_restarted_and_the_run_ends_as_an_uninterrup
 def test_rank_0_killed_while_saving_is_restarted_and_its_half_written_checkpoint_removed(tmp_path, cache, uninterrupted):
     result = run(restartable("train", *overrides(tmp_path, cache)), env=hook_env(tmp_path, KILLED_WHILE_SAVING), timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "rank 0 (pid " in result.stderr and "died while saving the checkpoint of update 10" in result.stderr
+    assert "rank 0 (pid " in result.stderr and "died while " in result.stderr
+    assert "the checkpoint of update 10 being written in the background" in result.stderr  # checkpoint.background
     assert "removed what a training killed while saving left half-written: .checkpoint_last.pt." in result.stderr
     assert [p.name for p in (tmp_path / "run").glob(".checkpoint*")] == []
     assert differences(tmp_path / "run" / "checkpoint_last.pt", uninterrupted) == []

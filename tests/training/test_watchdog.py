@@ -16,6 +16,7 @@ from tests.conftest import MULTI30K, SMALL, hook_env, in_update, need, run, torc
 from translate import checkpoint
 from translate.core.errors import TranslateError
 from translate.training import distributed
+from translate.training.checkpoint_writer import CheckpointWriter
 from translate.training.stop_signals import StopSignals
 from translate.training.trainer import Trainer
 from translate.training.watchdog import Watchdog
@@ -136,6 +137,7 @@ def test_stop_signals_stay_caught_until_the_process_group_is_gone(compose, monke
     the dead one (a flaky CI failure of the test above, SIGKILL case)."""
     class Failing:  # a Trainer whose run fails, with the real cleanup()
         stop_signals = None
+        writer = CheckpointWriter(background=True)  # nothing under way
 
         class monitor:
             close = staticmethod(lambda: None)

@@ -165,6 +165,11 @@ class CheckpointConfig:
     every_epochs: int = 0
     keep_last: int = 5  # numbered checkpoints kept (older ones are deleted); checkpoint_last.pt always stays
     average_last: int = 0  # decode uses the average of the last N numbered checkpoints; 0 uses the last one
+    # Write checkpoints in a thread from a copy in memory, so that training does not wait for the
+    # disk (seconds at big size; training slows meanwhile on a CPU, whose cores the write shares:
+    # docs/reliability.md); the files are the same, renamed into place once whole. It holds a
+    # copy of the state (weights and Adam's moments) while writing. false: training waits.
+    background: bool = True
 
     @property
     def by_epochs_alone(self) -> bool:

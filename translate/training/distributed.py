@@ -31,10 +31,16 @@ class Activity:
 
     what: str = "starting"
     changed: threading.Event = field(default_factory=threading.Event)  # the watchdog's thread waits on it
+    writing: str = ""  # a checkpoint being written in the background (CheckpointWriter), if any
 
     def doing(self, what: str) -> None:
         self.what = what
         self.changed.set()  # the watchdog's thread tells the others now, not at its next beat
+
+    def describe(self) -> str:
+        """What the watchdog says this process was doing: the loop's phase, and a checkpoint
+        being written beside it."""
+        return f"{self.what} ({self.writing} being written in the background)" if self.writing else self.what
 
 
 @dataclass

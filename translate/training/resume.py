@@ -12,10 +12,13 @@ import torch
 from torch import nn
 
 from translate.checkpoint import Checkpoint
+from translate.core import paths
 from translate.core.choices import Decay
-from translate.core.config import ModelConfig, OptimConfig, to_plain
+from translate.core.config import ModelConfig, OptimConfig, TranslateConfig, to_plain
 from translate.core.errors import MissingCheckpoint, TranslateError, first_line
+from translate.core.precision import MixedPrecision
 from translate.data.batching import BatchStream
+from translate.data.cache import PreparedData
 from translate.data.vocabulary import Vocabulary
 from translate.training import distributed
 from translate.training.optim import Adam
@@ -105,3 +108,18 @@ def restore_process_state(saved: Checkpoint, context: distributed.Context, batch
         torch.cuda.set_rng_state(state["cuda"])
     batches.load_state_dict(state["batches"])
     tracker.load_state_dict(saved.valid or {})
+
+
+def start(cfg: TranslateConfig, data: PreparedData, model: nn.Module, model_cfg: ModelConfig, *, optimizer: Adam,
+          schedule: LearningRateSchedule, precision: MixedPrecision) -> Optional[Checkpoint]:
+    """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
+    weights, if set); returns the checkpoint resumed."""
+    last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT
+    resumed = load_training_state(last, model, model_cfg, data.vocabulary, optim=cfg.optim, optimizer=optimizer,
+                                  schedule=schedule, scaler=precision.scaler)
+    if resumed is not None:
+        log.info(f"resuming from {last} at update {resumed.step}")
+    elif cfg.train.init_from:
+        load_weights(Path(cfg.train.init_from), model, model_cfg, data.vocabulary)
+        log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
+    return resumed

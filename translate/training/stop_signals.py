@@ -54,6 +54,13 @@ class StopSignals:
             raise KeyboardInterrupt  # the second Ctrl-C: the user will not wait for the save
         self.received = number
 
+    def how_to_resume(self) -> str:
+        """What the stop line tells the user: submitit's signal requeues the job by itself (close);
+        any other stop waits for the same command again."""
+        if self.received is not None and self.received == submitit_signal():
+            return "submitit requeues the job, which resumes from it"
+        return "run the same command to resume"
+
     def close(self) -> None:
         """The previous handlers back. Where the stop was submitit's signal, it goes on to
         submitit's own handler, back now that the checkpoint is saved: in rank 0 that handler

@@ -35,6 +35,7 @@ from translate.model import Transformer
 from translate.training import distributed, resume
 from translate.training.flops import Accounting
 from translate.training.loss import LabelSmoothedObjective
+from translate.training.checkpoint_writer import CheckpointWriter
 from translate.training.monitor import Monitor, record_parts
 from translate.training.optim import Adam, build_optimizer
 from translate.training.schedule import LearningRateSchedule
@@ -120,6 +121,7 @@ class Trainer:
     monitor: Monitor
     stop_signals: StopSignals
     queued: Deque[QueuedUpdate] = field(default_factory=deque)  # on their way to the host, oldest first
+    writer: CheckpointWriter = field(default_factory=lambda: CheckpointWriter(background=False))
 
     @classmethod
     def setup(cls, cfg: TranslateConfig, context: distributed.Context, command: str = "translate train") -> "Trainer":
@@ -141,7 +143,7 @@ class Trainer:
         batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
                               context.rank, context.world_size)
         validator = Validator(cfg, data, context)
-        resumed = _start(cfg, data, model, model_cfg, optimizer=optimizer, schedule=schedule, precision=precision)
+        resumed = resume.start(cfg, data, model, model_cfg, optimizer=optimizer, schedule=schedule, precision=precision)
         # What only the loop needs, in this order: dropout's seed, then the peak measurement
         # (its random matrices from a generator of its own), then the restored random state of
         # a resumed run.
@@ -164,7 +166,8 @@ class Trainer:
                           time_limit=state.time_limit, precision=str(precision.precision))
         # cleanup() closes the monitor; the stop signals are the caller's to close (train.train).
         return cls(cfg=cfg, context=context, learner=learner, feed=Feed(data, batches, accumulation), validator=validator,
-                   state=state, monitor=monitor, stop_signals=StopSignals())
+                   state=state, monitor=monitor, stop_signals=StopSignals(),
+                   writer=CheckpointWriter(background=cfg.checkpoint.background, activity=context.activity))
 
     @property
     def last_path(self) -> Path:
@@ -199,18 +202,21 @@ class Trainer:
             # Validate before saving, so that the checkpoint holds this validation's result.
             if self.validator.due(state.updates) and self.validate():
                 break  # early stopping: validate() has saved
+            self.writer.poll()  # a background write that has ended: its run record
             if self.save_due():
                 self.save()
         self.settle()
         if state.saved_at != state.updates:  # early stopping, say, has just saved
             self.save(numbered=not cfg.checkpoint.by_epochs_alone)  # epochs alone: checkpoint_last.pt
+        self.writer.wait()  # the last checkpoint is on disk before the run says it ended
         self.monitor.report(state.updates, self.last_path)
         return self.last_path
 
     def cleanup(self) -> None:
         """Undo what set-up opened in the process, however the run ended (TensorBoard's writer
         flushes to disk: at most a minute). The stop signals stay caught: the caller closes them
-        once the process group is gone."""
+        once the process group is gone. A checkpoint still being written is finished first."""
+        self.writer.close()
         distributed.within(60.0, "closing the log and TensorBoard's writer", self.monitor.close)
 
     def settle(self, keep: int = 0) -> bool:
@@ -269,7 +275,8 @@ class Trainer:
     def save(self, numbered: bool = True) -> None:
         """checkpoint_last.pt (full state, for resuming exactly: every process's random state
         and data position too) and, if `numbered`, a numbered copy of the weights (for
-        averaging); numbered ones beyond checkpoint.keep_last are deleted. Then the run record."""
+        averaging); numbered ones beyond checkpoint.keep_last are deleted. Then the run record.
+        With checkpoint.background the files are written by self.writer while training goes on."""
         self.settle()  # the weights hold every queued update: count them all
         state, run_dir = self.state, Path(self.cfg.run_dir)
         self.context.activity.doing(f"saving the checkpoint of update {state.updates}")
@@ -278,13 +285,15 @@ class Trainer:
         if not self.context.is_main:
             return
         weights, learner, scaler = self.decodable(), self.learner, self.learner.precision.scaler
-        replace(weights, optimizer=learner.optimizer.state_dict(), scheduler=learner.schedule.state_dict(),
-                config=to_plain(self.cfg), processes=states, valid=self.validator.tracker.state_dict(),
-                skipped_updates=state.skipped, scaler=scaler.state_dict() if scaler is not None else None).save(self.last_path)
-        if numbered:
-            weights.save(paths.numbered_checkpoint(run_dir, state.updates))  # for averaging
-            prune(run_dir, self.cfg.checkpoint.keep_last)
-        self.monitor.record(state.updates, state.skipped)
+        last = replace(weights, optimizer=learner.optimizer.state_dict(), scheduler=learner.schedule.state_dict(),
+                       config=to_plain(self.cfg), processes=states, valid=self.validator.tracker.state_dict(),
+                       skipped_updates=state.skipped, scaler=scaler.state_dict() if scaler is not None else None)
+        files = [(self.last_path, last.payload())]
+        if numbered:  # and a copy of the weights alone, for averaging
+            files.append((paths.numbered_checkpoint(run_dir, state.updates), weights.payload()))
+        keep, updates, skipped = self.cfg.checkpoint.keep_last, state.updates, state.skipped
+        self.writer.save(files, after_files=(lambda: prune(run_dir, keep)) if numbered else None,
+                         after=lambda: self.monitor.record(updates, skipped), what=f"the checkpoint of update {updates}")
 
     def validate(self) -> bool:
         """Dev metrics on the main process, checkpoint_best.pt kept by valid.metric; returns
@@ -322,9 +331,10 @@ class Trainer:
         signal_seen, time_up, epoch_ended, epochs = distributed.all_sum(seen, self.context)
         if signal_seen:
             self.save(numbered=not self.cfg.checkpoint.by_epochs_alone)
+            self.writer.wait()  # on disk before the line below says so
             stopped = Interrupted if received == signal.SIGINT else TranslateError
             raise stopped(f"stopped by {self.stop_signals.name or 'a stop signal on another process'} at update "
-                          f"{self.state.updates}: saved {self.last_path}; run the same command to resume")
+                          f"{self.state.updates}: saved {self.last_path}; {self.stop_signals.how_to_resume()}")
         every = self.cfg.checkpoint.every_epochs
         if epoch_ended and every and int(epochs) % every == 0 and self.state.saved_at != self.state.updates:
             self.save()  # the weights after the epoch's last update
@@ -353,21 +363,6 @@ def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
     learned = cfg.model.positions == Positions.learned
     rows = (cfg.model.max_positions or cfg.decode.positions()) if learned else 0
     return replace(cfg.model, vocab_size=len(data.vocabulary), max_positions=rows)
-
-
-def _start(cfg: TranslateConfig, data: PreparedData, model: nn.Module, model_cfg: ModelConfig, *, optimizer: Adam,
-           schedule: LearningRateSchedule, precision: MixedPrecision) -> Optional[Checkpoint]:
-    """Resume from checkpoint_last.pt where there is one, else start (from train.init_from's
-    weights, if set); returns the checkpoint resumed."""
-    last = Path(cfg.run_dir) / paths.LAST_CHECKPOINT
-    resumed = resume.load_training_state(last, model, model_cfg, data.vocabulary, optim=cfg.optim, optimizer=optimizer,
-                                         schedule=schedule, scaler=precision.scaler)
-    if resumed is not None:
-        log.info(f"resuming from {last} at update {resumed.step}")
-    elif cfg.train.init_from:
-        resume.load_weights(Path(cfg.train.init_from), model, model_cfg, data.vocabulary)
-        log.info(f"starting from the weights of {cfg.train.init_from} (fresh optimizer and schedule)")
-    return resumed
 
 
 def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed.Context,

@@ -138,7 +138,7 @@ class Watchdog:
         it, so that the others name it at once instead of waiting for its silence (or for
         torchrun's grace period)."""
         if not self.failure:
-            self.failure = {"failed": line, "failed_while": self.activity.what}
+            self.failure = {"failed": line, "failed_while": self.activity.describe()}
             self.activity.changed.set()  # told now, not at the next beat
 
     def stalled(self) -> Optional[str]:
@@ -184,7 +184,7 @@ class Watchdog:
             self.activity.changed.clear()
             try:
                 self.beat += 1
-                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": self.activity.what, **me,
+                self.store.set(str(self.rank), json.dumps({"beat": self.beat, "doing": self.activity.describe(), **me,
                                                            **self.failure}))
                 if time.monotonic() - listened >= self.interval:
                     self._listen()
@@ -212,7 +212,7 @@ class Watchdog:
         process of this host is ended too (SIGKILL: a stopped process takes no other signal),
         as torchrun would after its grace period: the job ends now, not 30 s later."""
         print(f"translate train: error: {line}", file=sys.stderr, flush=True)
-        self.failure = {"failed": line, "failed_while": self.activity.what}
+        self.failure = {"failed": line, "failed_while": self.activity.describe()}
         self._last_word()  # for the others, and for a restarted attempt
         if stalled is not None and stalled.pid and stalled.host == socket.gethostname() and _alive(stalled.pid):
             try:
