@@ -13,7 +13,9 @@ made before any other score of that split was seen.
     .venv/bin/python scripts/results_tables.py runs/multirun --output docs/figures --name multi30k_lowercase_seeds
 
 Prints the markdown table; with --output, also writes it as NAME.md and one JSON line per row
-(NAME.jsonl) there. Runs are grouped by the preset their first train command named (config=)
+(NAME.jsonl) there. With --fill FILE..., also writes each figure where a file marks its place:
+between `<!-- figure PRESET SPLIT -->` and `<!-- /figure -->` (README's table, docs/results.md),
+the row's mean ± sd and its seeds, so that no figure there is typed. Runs are grouped by the preset their first train command named (config=)
 and the settings they trained with, less their seed and where their files are.
 """
 
@@ -134,6 +136,27 @@ def markdown(found: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MARK = re.compile(r"(<!-- figure (\S+) (\S+) -->)(.*?)(<!-- /figure -->)", re.S)
+
+
+def fill(text: str, found: List[Dict[str, Any]]) -> Tuple[str, int]:
+    """The text with each marked figure of these rows written in (the others left as they are),
+    and how many were written."""
+    by_key = {(row["preset"], row["split"]): row for row in found}
+    written = 0
+
+    def figure_of(match: "re.Match[str]") -> str:
+        nonlocal written
+        row = by_key.get((match.group(2), match.group(3)))
+        if row is None:
+            return match.group(0)
+        written += 1
+        seeds = ", ".join(str(entry["seed"]) for entry in row["runs"])
+        return f"{match.group(1)}{figure(row)}, {row['n']} seed{'s' if row['n'] > 1 else ''} ({seeds}){match.group(5)}"
+
+    return MARK.sub(figure_of, text), written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run dirs (a multirun's folder stands for its jobs)")
@@ -145,6 +168,8 @@ def main() -> None:
     parser.add_argument("--output", help="a folder (docs/figures) to write NAME.md and NAME.jsonl into")
     parser.add_argument("--name", default="test_scores", help="the files' name in --output")
     parser.add_argument("--replace", action="store_true", help="write over NAME.md and NAME.jsonl where they exist")
+    parser.add_argument("--fill", nargs="*", default=[], metavar="FILE",
+                        help="write the figures into these files where marked (<!-- figure PRESET SPLIT -->...<!-- /figure -->)")
     args = parser.parse_args()
     try:
         found = rows(run_record.run_dirs(args.runs), args.metric, args.scoring)
@@ -163,6 +188,11 @@ def main() -> None:
             file.write(text + "\n")
         with paths.atomic_write(folder / f"{args.name}.jsonl") as file:
             file.writelines(json.dumps(row) + "\n" for row in found)
+    for name in args.fill:
+        text, written = fill(Path(name).read_text(encoding="utf-8"), found)
+        with paths.atomic_write(Path(name)) as file:
+            file.write(text)
+        print(f"{name}: {written} figure(s) written", file=sys.stderr)
 
 
 if __name__ == "__main__":

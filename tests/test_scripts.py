@@ -1,7 +1,9 @@
 """Every script in scripts/ documents itself with --help and has a line in scripts/README.md;
 torchrun launches the train verb; the benchmarks that need only a small run run on one."""
 
+import argparse
 import json
+import os
 import sys
 
 import pytest
@@ -48,8 +50,8 @@ def script_records(name: str, *args: str) -> list:
 def test_bench_transformers_on_a_small_run(trained_run):
     """The export timings, then ours and transformers' greedy search, one JSON line each."""
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
-    records = script_records("bench_transformers.py", "--limit", "20", "--rounds", "2", "--threads", "1", "--override",
-                             *trained_run)
+    records = script_records("bench_transformers.py", "--limit", "20", "--rounds", "2", "--threads", "1", "--split",
+                             "validation", "--override", *trained_run)
     assert [r["measurement"] for r in records] == ["import_transformers", "export_in_process", "export_cli_process"] + \
         ["greedy_ours", "greedy_transformers"] * 2 + ["greedy_summary"]
     assert all(r["seconds"] > 0 for r in records[:-1]) and {r["round"] for r in records[3:-1]} == {1, 2}
@@ -60,6 +62,7 @@ def test_bench_transformers_on_a_small_run(trained_run):
     # same, so is each round's BLEU of the two.
     assert summary["identical"] >= 0.9, summary
     greedy = [r for r in records if r["measurement"].startswith("greedy_") and "round" in r]
+    assert all(isinstance(r["bleu"], float) for r in greedy), greedy  # the dev split is scored; a test split is not
     if summary["identical"] == 1:
         assert all(a["bleu"] == b["bleu"] for a, b in zip(greedy[::2], greedy[1::2])), greedy
 
@@ -92,6 +95,20 @@ def test_bench_decode_reads_the_anchors_decode_line():
     plain = '{"measurement": "fairseq_generate", "sentences": 1000, "seconds_whole_process": 20.1, "sacrebleu": 27.47}'
     slipped = plain.replace("20.1", "round(1796050481.362273892-1796050461.311694219, 1)")
     assert bench.anchor_record(plain) == bench.anchor_record(slipped) == json.loads(plain)
+
+
+def test_bench_decode_scores_the_dev_split_only():
+    """A speed benchmark decodes test sentences but does not score them (issue 52): without
+    references (main drops a held-out split's) a line's bleu is null; with the dev split's, a score."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "scripts" / "bench_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hypotheses = ["ein hund läuft auf dem gras .", "zwei männer reden ."]
+    assert bench.report("x", hypotheses, [], 1.0, emitted=False)["bleu"] is None
+    assert bench.report("x", hypotheses, hypotheses, 1.0, emitted=False)["bleu"] == 100.0
+    assert bench.by_split(argparse.Namespace(splits=["test"], split_sizes=[2]), hypotheses, []) == {}
 
 
 def test_profile_window_holds_the_updates_it_names(tmp_path, monkeypatch):
@@ -265,6 +282,14 @@ def test_results_tables_from_the_records_of_small_runs(tmp_path):
     again = run(script, timeout=120)
     assert again.returncode != 0 and "small.md exists" in again.stderr
     assert run(script + ["--replace"], timeout=120).returncode == 0
+    # --fill writes the figure where a page marks its place, and only there.
+    page = tmp_path / "page.md"
+    page.write_text("| x | <!-- figure tiny test -->typed 99.9<!-- /figure --> |\n"
+                    "<!-- figure tiny test_2017_flickr -->kept<!-- /figure -->\n", encoding="utf-8")
+    run(script + ["--replace", "--fill", str(page)], timeout=120, check=True)
+    assert page.read_text(encoding="utf-8") == (f"| x | <!-- figure tiny test -->{mean:.2f} ± {sd:.2f} (test split scored "
+                                                f"2x, 1x), 2 seeds (1, 2)<!-- /figure --> |\n"
+                                                "<!-- figure tiny test_2017_flickr -->kept<!-- /figure -->\n")
 
 
 @pytest.mark.parametrize("beam4, chosen_beam", [(31.8, 4), (31.5, 5)], ids=["beam-4-better", "beam-4-ties"])
@@ -331,3 +356,63 @@ def test_score_multi30k_tests_records_each_scoring(tmp_path):
     assert len(record.test_scorings()) == 2  # decode.split=test: test_2016_flickr
     row = json.loads(run_cli("table", f"table.runs=[{run_dir}]", "table.format=json", check=True).stdout)[0]
     assert row["test_scorings"] == 2
+
+
+def test_the_figures_marked_in_readme_and_docs_are_their_records_values():
+    """Every `<!-- value FILE MEASUREMENT KEY -->` in README, docs/results.md and docs/reliability.md holds what its
+    record file says (scripts/fill_figures.py writes them): a figure typed over, or a record
+    changed without writing the page again, fails here."""
+    result = run([sys.executable, str(ROOT / "scripts" / "fill_figures.py"), "--check", str(ROOT / "README.md"),
+                  str(ROOT / "docs" / "results.md"), str(ROOT / "docs" / "reliability.md")], timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fill_figures", ROOT / "scripts" / "fill_figures.py")
+    fill_figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fill_figures)
+    (tmp_path / "r.jsonl").write_text('{"measurement": "a", "speed": 0.5}\n{"measurement": "a", "speed": 0.9042, '
+                                      '"wall": {"median": 2.081}}\n', encoding="utf-8")
+    page = ("at <!-- value r.jsonl a speed .2fx -->1.20x<!-- /value --> and "
+            "<!-- value r.jsonl a wall.median .1f -->2.1<!-- /value --> s")
+    text, changed = fill_figures.fill(page, tmp_path)
+    assert text == ("at <!-- value r.jsonl a speed .2fx -->0.90x<!-- /value --> and "
+                    "<!-- value r.jsonl a wall.median .1f -->2.1<!-- /value --> s")
+    assert [(was, now) for _, was, now in changed] == [("1.20x", "0.90x")]  # the last line of the measurement
+    with pytest.raises(fill_figures.MissingValue, match="no measurement 'b'"):
+        fill_figures.fill("<!-- value r.jsonl b speed -->?<!-- /value -->", tmp_path)
+    with pytest.raises(fill_figures.MissingValue, match="has no cpu"):
+        fill_figures.fill("<!-- value r.jsonl a cpu -->?<!-- /value -->", tmp_path)
+
+
+def test_chaos_save_stall_measures_both_ways_of_writing():
+    """scripts/chaos.py --save-stall at a small size: the foreground and background figures of
+    docs/reliability.md, each a positive number of seconds, and the files it wrote gone."""
+    result = run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--save-stall", "tiny"], timeout=300)
+    assert result.returncode == 0, result.stderr
+    line = json.loads(result.stdout.splitlines()[-1])
+    assert line["measurement"] == "save_stall_tiny" and line["preset"] == "tiny"
+    for key in ("checkpoint_last_s", "numbered_s", "foreground_stop_s", "background_stop_s", "background_write_s"):
+        assert line[key] >= 0, key
+    assert line["checkpoint_last_gb"] > line["numbered_gb"] > 0  # the last holds Adam's moments too
+
+
+def test_fairseq_best_chooses_the_length_penalty_as_tune_chooses_alpha():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fairseq_best
+
+    dev = {0.0: 30.0, 0.5: 31.0, 1.0: 32.0, 1.5: 32.5, 2.0: 32.4, 2.5: 33.9}  # a hand-set table of dev scores
+    tried = []
+    scores = fairseq_best.search_lenpens([0.0, 0.5, 1.0], 3.0, lambda lenpen: tried.append(lenpen) or dev[lenpen])
+    assert tried == [0.0, 0.5, 1.0, 1.5, 2.0]  # extended while the largest was best, then stopped
+    assert fairseq_best.choose(scores) == 1.5
+    assert fairseq_best.choose({0.6: 30.0, 1.2: 30.0, 0.9: 29.0}) == 1.2  # a tie: the nearest fairseq's default, 1.0
+
+
+def test_fairseq_best_says_so_without_the_anchor(tmp_path):
+    result = run([sys.executable, str(ROOT / "scripts" / "fairseq_best.py"), "--minutes", "1"],
+                 env=dict(os.environ, FAIRSEQ_ANCHOR=str(tmp_path / "none")), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["skipped"].startswith("fairseq anchor not built")
