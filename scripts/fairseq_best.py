@@ -30,6 +30,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -190,8 +191,7 @@ def main() -> None:
     with open(work / "train.log", "w", encoding="utf-8") as log:
         subprocess.run(train_command(binary, save, args), check=True, stdout=log, stderr=subprocess.STDOUT, env=fairseq_env())
     training_seconds = round(time.monotonic() - started)
-    updates = max((int(word.split("=")[-1]) for line in (work / "train.log").read_text(encoding="utf-8").splitlines()
-                   for word in line.replace("|", " ").split() if word.startswith("num_updates=")), default=0)
+    updates = max(map(int, re.findall(r"num_updates[ =](\d+)", (work / "train.log").read_text(encoding="utf-8"))), default=0)
     epochs = sorted(save.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[len("checkpoint"):]))
     average = save / "average.pt"
     if epochs:
