@@ -365,10 +365,9 @@ def remove_unfinished(run_dir: Path) -> List[str]:
     checkpoint. For the holder of run_dir's lock: no other training writes them meanwhile.
     Returns the names deleted."""
     removed = []
-    for path in Path(run_dir).glob(".checkpoint_*.pt.*"):
-        name = path.name[1:].rsplit(".", 1)[0]  # the checkpoint it was to become
+    for path, name in paths.unfinished_writes(Path(run_dir), "checkpoint_*.pt"):
         step = name[len("checkpoint_"):-len(".pt")]
-        if name in (paths.LAST_CHECKPOINT, paths.BEST_CHECKPOINT) or (step.isdigit() and path.is_file()):
+        if name in (paths.LAST_CHECKPOINT, paths.BEST_CHECKPOINT) or step.isdigit():
             path.unlink(missing_ok=True)
             removed.append(path.name)
     return sorted(removed)

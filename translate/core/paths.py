@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterator, List, Optional
+from typing import IO, Iterator, List, Optional, Tuple
 
 from translate.core.choices import PlotKind
 
@@ -166,6 +166,18 @@ def atomic_folder(folder: Path, what: str) -> Iterator[Path]:
             raise
         before = "the previous one is intact" if folder.exists() else "nothing of it was kept"
         raise TranslateError(f"cannot write {what} {folder}: {describe(failed)}; {before}") from None
+
+
+def unfinished_writes(folder: Path, pattern: str) -> List[Tuple[Path, str]]:
+    """atomic_write's temporary files in `folder` (.NAME.XXXXXXXX: mkstemp's prefix and random
+    suffix) of the files whose names match the glob `pattern`, each with the name it was to
+    become. Left by a writer killed part-way; only the writer of those files may delete them."""
+    found = []
+    for path in sorted(Path(folder).glob(f".{pattern}.*")):
+        name = path.name[1:].rsplit(".", 1)[0]
+        if path.is_file() and Path(name).match(pattern):
+            found.append((path, name))
+    return found
 
 
 def remove_unfinished_folders(folder: Path) -> List[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -33,7 +33,7 @@ class Pending:
 
     thread: threading.Thread
     after: Optional[Callable[[], None]]  # run on the main thread once the files are written
-    error: List[BaseException] = field(default_factory=list)
+    error: List[BaseException]  # what the thread raised, if anything
 
 
 class CheckpointWriter:
@@ -58,22 +58,20 @@ class CheckpointWriter:
             return
         # deepcopy keeps what torch.save keeps: tensors that share a storage (tied embeddings,
         # views) still share one in the copy, so the file is byte for byte a foreground save's.
-        copies = copy.deepcopy(files)
-        pending = Pending(threading.Thread(target=lambda: None), after)
+        copies, errors = copy.deepcopy(files), []
 
         def write() -> None:
             try:
                 _write(copies, after_files)
             except BaseException as error:  # raised on the main thread by wait()
-                pending.error.append(error)
+                errors.append(error)
             finally:
                 self.activity.writing = ""
 
         self.activity.writing = what
-
-        pending.thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
-        self.pending = pending
-        pending.thread.start()
+        thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
+        self.pending = Pending(thread, after, errors)
+        thread.start()
 
     def poll(self) -> None:
         """Finish a write that has ended (its `after`, or its error), without waiting."""
