@@ -209,12 +209,17 @@ def main() -> None:
         differ = differences(folder / "clean" / "checkpoint_last.pt", folder / "faulted" / "checkpoint_last.pt") \
             if faulted.returncode == 0 else ["(no checkpoint: the faulted run failed)"]
         errors = [line for line in faulted.stderr.splitlines() if line.startswith("translate train: error: rank")]
+        redone, resumed = updates_redone(faulted.stderr), seconds_to_resume(faulted.stderr)
+        signals = [plan[str(attempt)]["signal"] for attempt in range(len(resumed))]  # the fault before each resume
+        by_signal = {sent: [s for s, k in zip(resumed, signals) if k == sent] for sent in ("SIGKILL", "SIGSTOP")}
         print(json.dumps({
-            "processes": args.processes, "max_steps": args.max_steps, "faults": args.faults,
+            "measurement": "chaos", "processes": args.processes, "max_steps": args.max_steps, "faults": args.faults,
             "kills": {sent: sum(1 for p in plan.values() if p["signal"] == sent) for sent in ("SIGKILL", "SIGSTOP")},
             "faults_named": len(errors), "recoveries": len(record.get("restarts", [])), "exit": faulted.returncode,
-            "identical": not differ, "differing": differ[:5], "updates_redone": updates_redone(faulted.stderr),
-            "seconds_to_resume": seconds_to_resume(faulted.stderr),
+            "identical": not differ, "differing": differ[:5], "updates_redone": redone,
+            "updates_redone_mean": round(sum(redone) / max(len(redone), 1), 2), "updates_redone_max": max(redone, default=0),
+            "seconds_to_resume": resumed,
+            "seconds_to_resume_mean": {sent: round(sum(v) / len(v), 1) for sent, v in by_signal.items() if v},
             "stall_timeout": args.stall_timeout, "clean_seconds": round(clean_seconds, 1),
             "faulted_seconds": round(faulted_seconds, 1),
             "seconds_lost_per_fault": round((faulted_seconds - clean_seconds) / max(len(errors), 1), 1)}), flush=True)
