@@ -367,6 +367,27 @@ def test_the_figures_marked_in_readme_and_docs_are_their_records_values():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_records_give():
+    """Every `<!-- figure PRESET SPLIT -->` in README and docs/results.md holds what
+    scripts/results_tables.py computes from the run records kept in docs/records/: a test score
+    typed over, or a record added without --fill, fails here."""
+    import importlib.util
+
+    from translate.core import run_record
+
+    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
+    results_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results_tables)
+    kept = sorted(str(path) for path in (ROOT / "docs" / "records").iterdir() if path.is_dir())
+    found = results_tables.rows(run_record.run_dirs(kept), "literature", "first")
+    assert {row["preset"] for row in found} >= {"multi30k_lowercase"}
+    for page in (ROOT / "README.md", ROOT / "docs" / "results.md"):
+        text = page.read_text(encoding="utf-8")
+        filled, written = results_tables.fill(text, found)
+        assert written > 0, f"{page.name} marks none of the kept records' figures"
+        assert filled == text, f"{page.name}: a test figure differs from its records (results_tables.py --fill)"
+
+
 def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
     import importlib.util
 
