@@ -5,6 +5,7 @@ run's folder (`run_dir_of`), check a clear failure (`one_line_error`)."""
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import resource
 import shutil
@@ -67,6 +68,14 @@ FEW = SMALL[:-2] + ["train.max_steps=2", "train.log_every=1"]  # two updates
 RESUMABLE = ["train.log_every=1", "checkpoint.every_steps=5", "checkpoint.every_minutes=null", "valid.every_steps=0"]
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def script_module(name: str):
+    """scripts/NAME.py loaded as a module, for a test of its functions (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

@@ -4,7 +4,6 @@ missing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -18,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import MULTI30K, need, run_cli, small_run
+from tests.conftest import MULTI30K, need, run_cli, script_module, small_run
 from translate import figures
 from translate.attention_maps import attention_maps
 from translate.cli import run_verb
@@ -154,9 +153,7 @@ def test_spreads_panel_titles_do_not_run_into_each_other(tmp_path, monkeypatch):
     rows = [figures.Spread("literature", 5.28, 0.21), figures.Spread("literature-fairseq-init", 13.15, 0.51)]
     scripts = Path(__file__).parents[1] / "scripts"
     monkeypatch.syspath_prepend(str(scripts))  # as when it runs: its neighbours import
-    spec = importlib.util.spec_from_file_location("sweep", scripts / "sweep_multi30k.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = script_module("sweep_multi30k")
     labels = list(sweep.SPREAD_MEASURES.values())
     assert len(labels) == 4
     figures.spreads([(label, rows) for label in labels], tmp_path / "sweep.png", "a sweep", sweep.SPREADS_SIZE)

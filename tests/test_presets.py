@@ -4,13 +4,12 @@ which is the dev sweep's winner as the sweep trained it, and ours for the litera
 (config=multi30k_lowercase).
 What they reach in their minutes: scripts/bench_multi30k.py, docs/results.md."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MULTI30K, need, run_cli
+from tests.conftest import MULTI30K, need, run_cli, script_module
 
 # The published recipe in make test-slow (to keep the default suite under 10 minutes): ours runs its code paths.
 PRESETS = [pytest.param("multi30k_wu2021", marks=pytest.mark.slow), "multi30k", "multi30k_lowercase",
@@ -56,9 +55,7 @@ def test_ours_is_what_the_sweep_chose(compose, monkeypatch):
     cadence (minutes, not a tenth of a fixed number of updates) and the search differ."""
     scripts = Path(__file__).parents[1] / "scripts"
     monkeypatch.syspath_prepend(str(scripts))  # as when it runs: its neighbours import
-    spec = importlib.util.spec_from_file_location("sweep", scripts / "sweep_multi30k.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = script_module("sweep_multi30k")
     ours, chosen = compose("train", "config=multi30k"), compose("train", "config=tiny", *sweep.CANDIDATES["literature-fairseq-init"])
     assert ours.model == chosen.model and ours.optim == chosen.optim and ours.data == chosen.data
     assert ours.train.tokens_per_batch == chosen.train.tokens_per_batch

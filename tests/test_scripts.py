@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import MULTI30K, ROOT, need, run, small_run, torchrun
+from tests.conftest import MULTI30K, ROOT, need, run, script_module, small_run, torchrun
 
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 
@@ -87,11 +87,7 @@ def test_bench_decode_process_on_a_small_run(trained_run):
 
 def test_bench_decode_reads_the_anchors_decode_line():
     """run.sh decode's line is JSON, or carries its seconds unevaluated as round(END-START, 1)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "scripts" / "bench_decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = script_module("bench_decode")
     plain = '{"measurement": "fairseq_generate", "sentences": 1000, "seconds_whole_process": 20.1, "sacrebleu": 27.47}'
     slipped = plain.replace("20.1", "round(1796050481.362273892-1796050461.311694219, 1)")
     assert bench.anchor_record(plain) == bench.anchor_record(slipped) == json.loads(plain)
@@ -100,11 +96,7 @@ def test_bench_decode_reads_the_anchors_decode_line():
 def test_bench_decode_scores_the_dev_split_only():
     """A speed benchmark decodes test sentences but does not score them (issue 52): without
     references (main drops a held-out split's) a line's bleu is null; with the dev split's, a score."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "scripts" / "bench_decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = script_module("bench_decode")
     hypotheses = ["ein hund läuft auf dem gras .", "zwei männer reden ."]
     assert bench.report("x", hypotheses, [], 1.0, emitted=False)["bleu"] is None
     assert bench.report("x", hypotheses, hypotheses, 1.0, emitted=False)["bleu"] == 100.0
@@ -371,13 +363,9 @@ def test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_record
     """Every `<!-- figure PRESET SPLIT -->` in README and docs/results.md holds what
     scripts/results_tables.py computes from the run records kept in docs/records/: a test score
     typed over, or a record added without --fill, fails here."""
-    import importlib.util
-
     from translate.core import run_record
 
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
-    results_tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results_tables)
+    results_tables = script_module("results_tables")
     kept = sorted(str(path) for path in (ROOT / "docs" / "records").iterdir() if path.is_dir())
     found = results_tables.rows(run_record.run_dirs(kept), "literature", "first")
     assert {row["preset"] for row in found} >= {"multi30k_lowercase"}
@@ -389,11 +377,7 @@ def test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_record
 
 
 def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fill_figures", ROOT / "scripts" / "fill_figures.py")
-    fill_figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fill_figures)
+    fill_figures = script_module("fill_figures")
     (tmp_path / "r.jsonl").write_text('{"measurement": "a", "speed": 0.5}\n{"measurement": "a", "speed": 0.9042, '
                                       '"wall": {"median": 2.081}}\n', encoding="utf-8")
     page = ("at <!-- value r.jsonl a speed .2fx -->1.20x<!-- /value --> and "
