@@ -392,6 +392,20 @@ def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
         fill_figures.fill("<!-- value r.jsonl a cpu -->?<!-- /value -->", tmp_path)
 
 
+def test_fill_figures_takes_the_line_a_field_selects(tmp_path):
+    """MEASUREMENT[FIELD=VALUE]: one split of a file with a line per split (fairseq_best.py's),
+    not the file's last line of that measurement."""
+    fill_figures = script_module("fill_figures")
+    (tmp_path / "r.jsonl").write_text('{"measurement": "t", "split": "test", "bleu": 40.1}\n'
+                                      '{"measurement": "t", "split": "test_2017_flickr", "bleu": 33.2}\n', encoding="utf-8")
+    text, _ = fill_figures.fill("<!-- value r.jsonl t[split=test] bleu .2f -->?<!-- /value --> and "
+                                "<!-- value r.jsonl t bleu -->?<!-- /value -->", tmp_path)
+    assert text == ("<!-- value r.jsonl t[split=test] bleu .2f -->40.10<!-- /value --> and "
+                    "<!-- value r.jsonl t bleu -->33.2<!-- /value -->")
+    with pytest.raises(fill_figures.MissingValue, match=r"no measurement 't\[split=dev\]'"):
+        fill_figures.fill("<!-- value r.jsonl t[split=dev] bleu -->?<!-- /value -->", tmp_path)
+
+
 def test_chaos_save_stall_measures_both_ways_of_writing():
     """scripts/chaos.py --save-stall at a small size: the foreground and background figures of
     docs/reliability.md, each a positive number of seconds, and the files it wrote gone."""
