@@ -112,8 +112,20 @@ def rows(runs: List[Path], metric: str = "literature", which: str = "first") -> 
         found.append({"measurement": "test_scores", "preset": preset, "split": split, "metric": entries[0]["metric"],
                       "scoring": which, "n": len(values), "mean": statistics.mean(values),
                       "sd": statistics.stdev(values) if len(values) > 1 else None,
-                      "scored_more_than_once": sum(entry["scorings"] > 1 for entry in entries), "runs": entries})
+                      "scored_more_than_once": sum(entry["scorings"] > 1 for entry in entries),
+                      "updates_range": span([entry.get("updates") for entry in entries], "{:,}"),
+                      "alpha_range": span([entry.get("alpha") for entry in entries], "{}"), "runs": entries})
     return found
+
+
+def span(values: List[Any], form: str) -> str:
+    """The smallest and largest of the runs' values as one phrase for a page ("4,898-5,807"; one
+    value when all agree; "?" for a run whose record lacks it), so that a page's conditions are
+    written from the records too."""
+    if any(value is None for value in values):
+        return "?"
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
 
 
 def figure(row: Dict[str, Any]) -> str:

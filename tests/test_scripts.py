@@ -271,6 +271,9 @@ def test_results_tables_from_the_records_of_small_runs(tmp_path):
     assert [(e["seed"], e["scorings"], e["beam"], e["update"], e["averaged"]) for e in row["runs"]] == \
         [(1, 2, 2, 2, []), (2, 1, 2, 2, [])]
     assert all(e["commit"] and e["cpu"] and e["alpha_origin"] for e in row["runs"])
+    updates = [e["updates"] for e in row["runs"]]
+    assert row["updates_range"] == (f"{min(updates):,}" if len(set(updates)) == 1 else f"{min(updates):,}-{max(updates):,}")
+    assert row["alpha_range"] == str(row["runs"][0]["alpha"])  # both decoded with the same alpha
     again = run(script, timeout=120)
     assert again.returncode != 0 and "small.md exists" in again.stderr
     assert run(script + ["--replace"], timeout=120).returncode == 0
