@@ -12,6 +12,7 @@ hooks fairseq's Trainer.train_step); where it is not built, its side is skipped 
 
     .venv/bin/python scripts/profile_train.py --model tiny
     .venv/bin/python scripts/profile_train.py --model base --top 16
+    .venv/bin/python scripts/profile_train.py --preset multi30k_lowercase   # a preset's own model and batch, ours only
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env, train_overrides
+from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env, timed_overrides, train_overrides
 
 SCRIPTS = Path(__file__).resolve().parent
 FIRST, LAST = 11, 30  # the profiled updates; the first 10 are left out, as in bench_fairseq
@@ -95,9 +96,13 @@ def profile_env(out: Path, threads: int, pythonpath: str) -> Dict[str, str]:
                 PROFILE_SCRIPTS=str(SCRIPTS), PYTHONPATH=pythonpath)
 
 
-def ours(model: str, threads: int, folder: Path) -> dict:
+def ours(model: str, threads: int, folder: Path, preset: Optional[str] = None) -> dict:
+    """Our side: run.sh's settings for `model`, or with `preset`, that preset as users train it (its
+    model, batch, precision and schedule), without checkpoints or validation."""
     out = folder / "ours.json"
-    command = [sys.executable, "-c", OURS, "train", *train_overrides(model, LAST + 1, threads, folder / "ours-run")]
+    overrides = ([f"config={preset}", "checkpoint.every_epochs=0", *timed_overrides(LAST + 1, threads, folder / "ours-run")]
+                 if preset else train_overrides(model, LAST + 1, threads, folder / "ours-run"))
+    command = [sys.executable, "-c", OURS, "train", *overrides]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=profile_env(out, threads, ""))
     if result.returncode or not out.exists():
         raise SystemExit(f"our trainer failed:\n{result.stderr[-2000:]}")
@@ -137,15 +142,18 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", choices=["tiny", "base"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=12, help="operators listed from each side's top")
+    parser.add_argument("--preset", default=None,
+                        help="profile this preset's own model and batch (config=PRESET); ours only, --model unused")
     args = parser.parse_args()
+    model = f"config={args.preset}" if args.preset else args.model
     with tempfile.TemporaryDirectory() as folder:
-        theirs = fairseq(args.model, args.threads, Path(folder))
-        mine = ours(args.model, args.threads, Path(folder))
-    sides = {"ours": summary("ours", args.model, mine)}
-    if theirs is None:
-        emit(measurement="profile_summary", trainer="fairseq", skipped=NOT_BUILT)
-    else:
+        theirs = None if args.preset else fairseq(args.model, args.threads, Path(folder))
+        mine = ours(args.model, args.threads, Path(folder), args.preset)
+    sides = {"ours": summary("ours", model, mine)}
+    if theirs is not None:
         sides["fairseq"] = summary("fairseq", args.model, theirs)
+    elif not args.preset:  # with a preset, ours alone: fairseq has no such preset
+        emit(measurement="profile_summary", trainer="fairseq", skipped=NOT_BUILT)
     ops = []
     for times in sides.values():
         for op in sorted(times, key=times.get, reverse=True)[: args.top]:
@@ -153,7 +161,7 @@ def main() -> None:
                 ops.append(op)
     ops.sort(key=lambda op: -max(times.get(op, 0.0) for times in sides.values()))
     for op in ops:
-        emit(measurement="profile_op", model=args.model, op=op,
+        emit(measurement="profile_op", model=model, op=op,
              **{f"{side}_ms_per_update": round(times.get(op, 0.0), 2) for side, times in sides.items()})
 
 
