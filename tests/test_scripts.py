@@ -103,6 +103,37 @@ def test_bench_decode_scores_the_dev_split_only():
     assert bench.by_split(argparse.Namespace(splits=["test"], split_sizes=[2]), hypotheses, []) == {}
 
 
+def test_profile_train_preset_trains_the_preset_itself(tmp_path, monkeypatch, capsys):
+    """--preset profiles `translate train config=PRESET` as users train it (no run.sh model or
+    dropout overrides), without epoch checkpoints or validation, and runs no fairseq side."""
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import profile_train
+
+    commands = []
+
+    def fake_run(command, **kwargs):  # the hooked trainer's output: one op over 20 updates
+        commands.append(command)
+        Path(kwargs["env"]["PROFILE_TRAIN_OUT"]).write_text(json.dumps(
+            {"seconds": 2.0, "updates": 20, "target_tokens": 4000, "ops": [{"op": "aten::mm", "self_us": 1e6, "calls": 40}]}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(profile_train.subprocess, "run", fake_run)
+    monkeypatch.setattr(profile_train, "fairseq", lambda *a: pytest.fail("a preset's profile ran fairseq"))
+    monkeypatch.setattr(sys, "argv", ["profile_train.py", "--preset", "multi30k_lowercase"])
+    profile_train.main()
+    command, = commands
+    overrides = command[command.index("train") + 1:]
+    assert overrides[0] == "config=multi30k_lowercase" and "checkpoint.every_epochs=0" in overrides
+    assert not [o for o in overrides if o.startswith(("config=tiny", "model=", "model.dropout", "optim."))]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["measurement"], line.get("trainer"), line["model"]) for line in lines] == \
+        [("profile_summary", "ours", "config=multi30k_lowercase"), ("profile_op", None, "config=multi30k_lowercase")]
+    assert lines[0]["ms_per_update"] == 100.0 and lines[1]["ours_ms_per_update"] == 50.0
+
+
 def test_profile_window_holds_the_updates_it_names(tmp_path, monkeypatch):
     """profile_train.wrap profiles from the start of update `first` to the start of update
     last + 1: exactly those updates' operators and target tokens."""
@@ -271,8 +302,7 @@ def test_results_tables_from_the_records_of_small_runs(tmp_path):
     assert [(e["seed"], e["scorings"], e["beam"], e["update"], e["averaged"]) for e in row["runs"]] == \
         [(1, 2, 2, 2, []), (2, 1, 2, 2, [])]
     assert all(e["commit"] and e["cpu"] and e["alpha_origin"] for e in row["runs"])
-    updates = [e["updates"] for e in row["runs"]]
-    assert row["updates_range"] == (f"{min(updates):,}" if len(set(updates)) == 1 else f"{min(updates):,}-{max(updates):,}")
+    assert [e["updates"] for e in row["runs"]] == [2, 2] and row["updates_range"] == "2"  # both trained 2 updates
     assert row["alpha_range"] == str(row["runs"][0]["alpha"])  # both decoded with the same alpha
     again = run(script, timeout=120)
     assert again.returncode != 0 and "small.md exists" in again.stderr
@@ -285,6 +315,15 @@ def test_results_tables_from_the_records_of_small_runs(tmp_path):
     assert page.read_text(encoding="utf-8") == (f"| x | <!-- figure tiny test -->{mean:.2f} ± {sd:.2f} (test split scored "
                                                 f"2x, 1x), 2 seeds (1, 2)<!-- /figure --> |\n"
                                                 "<!-- figure tiny test_2017_flickr -->kept<!-- /figure -->\n")
+
+
+def test_results_tables_span_states_the_runs_range_as_a_page_writes_it():
+    """The conditions a page states beside a mean (updates, alpha), worked by hand."""
+    span = script_module("results_tables").span
+    assert span([4898, 5807, 5650], "{:,}") == "4,898-5,807"
+    assert span([1.5, 1.8, 1.5], "{}") == "1.5-1.8"
+    assert span([0.8, 0.8], "{}") == "0.8"
+    assert span([6112, None], "{:,}") == "?"  # a record without the value: no range is made up
 
 
 @pytest.mark.parametrize("beam4, chosen_beam", [(31.8, 4), (31.5, 5)], ids=["beam-4-better", "beam-4-ties"])
