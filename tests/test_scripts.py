@@ -115,6 +115,8 @@ def test_profile_train_preset_trains_the_preset_itself(tmp_path, monkeypatch, ca
     commands = []
 
     def fake_run(command, **kwargs):  # the hooked trainer's output: one op over 20 updates
+        if command[0] == "git":  # the profiled tree's commit
+            return subprocess.CompletedProcess(command, 0, "abc1234\n", "")
         commands.append(command)
         Path(kwargs["env"]["PROFILE_TRAIN_OUT"]).write_text(json.dumps(
             {"seconds": 2.0, "updates": 20, "target_tokens": 4000, "ops": [{"op": "aten::mm", "self_us": 1e6, "calls": 40}]}))
@@ -132,6 +134,41 @@ def test_profile_train_preset_trains_the_preset_itself(tmp_path, monkeypatch, ca
     assert [(line["measurement"], line.get("trainer"), line["model"]) for line in lines] == \
         [("profile_summary", "ours", "config=multi30k_lowercase"), ("profile_op", None, "config=multi30k_lowercase")]
     assert lines[0]["ms_per_update"] == 100.0 and lines[1]["ours_ms_per_update"] == 50.0
+    assert lines[0]["first_update"] == 11 and lines[0]["commit"] == "abc1234"
+
+
+def test_profile_train_window_and_shapes(tmp_path, monkeypatch, capsys):
+    """--first N profiles updates N .. N + 19 of a run of N + 20 updates; --by-shape asks the hooked
+    trainer for calls by input shape and lists the largest."""
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import profile_train
+
+    envs, commands = [], []
+
+    def fake_run(command, **kwargs):
+        if command[0] == "git":
+            return subprocess.CompletedProcess(command, 0, "abc1234\n", "")
+        envs.append(kwargs["env"])
+        commands.append(command)
+        Path(kwargs["env"]["PROFILE_TRAIN_OUT"]).write_text(json.dumps(
+            {"seconds": 2.0, "updates": 20, "target_tokens": 4000, "ops": [{"op": "aten::mm", "self_us": 1e6, "calls": 40}],
+             "shapes": [{"op": "aten::mm", "shapes": "[[4, 8]]", "self_us": 4e5, "calls": 20},
+                        {"op": "aten::mm", "shapes": "[[2, 8]]", "self_us": 6e5, "calls": 20}]}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(profile_train.subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["profile_train.py", "--preset", "multi30k_lowercase", "--first", "81", "--by-shape"])
+    profile_train.main()
+    env, = envs
+    assert (env["PROFILE_FIRST"], env["PROFILE_LAST"], env["PROFILE_SHAPES"]) == ("81", "100", "1")
+    assert "train.max_steps=101" in commands[0]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["first_update"] == 81
+    shapes = [(line["shapes"], line["ms_per_update"]) for line in lines if line["measurement"] == "profile_shape"]
+    assert shapes == [("[[2, 8]]", 30.0), ("[[4, 8]]", 20.0)]
 
 
 def test_profile_window_holds_the_updates_it_names(tmp_path, monkeypatch):

@@ -263,11 +263,21 @@ class Transformer(nn.Module):
         """(B, S), (B, T) -> logits (B, T, V). With select, (N,) flat positions in (B*T,)
         (Batch.real_targets), logits (N, V) at those positions only (training: padding costs no
         vocabulary projection; unlike a boolean mask, positions do not make a GPU wait to learn N)."""
+        if select is None:
+            memory, src_mask = self.encode(src)
+            return self.logits(self.decoder_states(tgt_in, memory, src_mask))
+        return self.logits(self.selected_states(src, tgt_in, select))  # (N, V)
+
+    def selected_states(self, src: Tensor, tgt_in: Tensor, select: Tensor) -> Tensor:
+        """(B, S), (B, T), (N,) flat positions in (B*T,) -> the final decoder states (N, D) there."""
         memory, src_mask = self.encode(src)
         hidden = self.decoder_states(tgt_in, memory, src_mask)  # (B, T, D)
-        if select is None:
-            return self.logits(hidden)
-        return self.logits(hidden.flatten(0, 1).index_select(0, select))  # (N, V)
+        return hidden.flatten(0, 1).index_select(0, select)  # (N, D)
+
+    def output_weight(self) -> Tensor:
+        """The pre-softmax projection's weight (V, D): the shared embedding's real rows."""
+        weight = self.embedding.weight
+        return weight if weight.size(0) == self.cfg.vocab_size else weight[: self.cfg.vocab_size]
 
     def start_state(self, src: Tensor) -> DecoderState:
         """Encode the source and set up empty caches for step()."""

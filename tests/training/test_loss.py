@@ -114,8 +114,10 @@ def test_the_vocabulary_projection_sees_rounded_row_counts():
     select = torch.arange(0, 45, 2)  # 23 real positions
     target = tgt.flatten()[select]
     seen = []
-    model.register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
+    logits = model.logits
+    model.logits = lambda hidden: seen.append(hidden.shape[0]) or logits(hidden)  # fp32: the plain path
     loss, nll = LabelSmoothedObjective(model, 0.1)(src, tgt, select, target)
+    del model.logits
     assert seen == [ROW_MULTIPLE]
     loss.backward()
     padded_grads = [p.grad.clone() for p in model.parameters()]
@@ -125,3 +127,125 @@ def test_the_vocabulary_projection_sees_rounded_row_counts():
     assert torch.allclose(loss, reference) and torch.allclose(nll, reference_nll)
     for got, want in zip(padded_grads, (p.grad for p in model.parameters())):
         assert torch.allclose(got, want, atol=1e-7)
+
+
+def projected(fused: bool, hidden, weight, target, eps, monkeypatch):
+    """Loss, NLL and the gradients of hidden (R, D) and weight (V, D) under CPU bf16 autocast: the
+    fused projection and loss, or the plain path (F.linear, then label_smoothed_nll of the first n rows)."""
+    import translate.training.loss as loss_module
+
+    hidden, weight = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        if fused:
+            loss, nll = loss_module.ProjectedSmoothedCrossEntropy.apply(hidden, weight, target, eps, torch.bfloat16)
+        else:
+            loss, nll = label_smoothed_nll(F.linear(hidden, weight)[: target.numel()], target, eps)
+    (loss * 0.03).backward()
+    return loss, nll, hidden.grad, weight.grad
+
+
+def test_fused_projection_and_loss_match_the_plain_path(monkeypatch):
+    """The fused projection and loss (CPU, bf16) against the plain path in chunks of 3 rows over
+    20 real rows of 32: the same loss and NLL bit for bit (the same product, the same chunks),
+    gradients within bf16's rounding of the plain path's, at least as close to fp32's, and none
+    for the padding rows."""
+    import translate.training.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "CHUNK_BYTES", 3 * 4 * 50)  # 3 fp32 rows of 50
+    torch.manual_seed(3)
+    hidden, weight, target = torch.randn(32, 16), torch.randn(50, 16) * 0.5, torch.randint(0, 50, (20,))
+    loss, nll, grad_h, grad_w = projected(True, hidden, weight, target, 0.1, monkeypatch)
+    plain_loss, plain_nll, plain_h, plain_w = projected(False, hidden, weight, target, 0.1, monkeypatch)
+    assert torch.equal(loss, plain_loss) and torch.equal(nll, plain_nll) and not nll.requires_grad
+    assert grad_h.dtype == grad_w.dtype == torch.float32 and grad_h[20:].abs().max() == 0
+    torch.testing.assert_close(grad_h, plain_h, rtol=2e-2, atol=2e-4)
+    torch.testing.assert_close(grad_w, plain_w, rtol=2e-2, atol=2e-4)
+    h32, w32 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    (F.cross_entropy(F.linear(h32[:20], w32), target, label_smoothing=0.1, reduction="sum") * 0.03).backward()
+    for got, plain, exact in ((grad_h, plain_h, h32.grad), (grad_w, plain_w, w32.grad)):
+        assert (got - exact).norm() <= 1.1 * (plain - exact).norm()
+
+
+def test_the_objective_fuses_where_it_applies(monkeypatch):
+    """LabelSmoothedObjective takes the fused path under CPU bf16 autocast with a gradient to come,
+    and the plain one in fp32, under no_grad and with FUSE_PROJECTION off; the two paths give the
+    same loss and the model the same gradients within bf16's rounding."""
+    import translate.training.loss as loss_module
+    from translate.core.config import ModelConfig
+    from translate.model import Transformer
+
+    calls = []
+    fused = loss_module.ProjectedSmoothedCrossEntropy.apply
+    monkeypatch.setattr(loss_module.ProjectedSmoothedCrossEntropy, "apply", lambda *a: calls.append(1) or fused(*a))
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(layers=1, d_model=32, d_ff=64, heads=2, vocab_size=100, dropout=0.0))
+    objective = loss_module.LabelSmoothedObjective(model, 0.1)
+    src, tgt = torch.randint(4, 100, (5, 7)), torch.randint(4, 100, (5, 9))
+    select = torch.arange(0, 45, 2)
+    target = tgt.flatten()[select]
+    results = {}
+    for name, fuse in (("fused", True), ("plain", False)):
+        monkeypatch.setattr(loss_module, "FUSE_PROJECTION", fuse)
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _ = objective(src, tgt, select, target)
+        loss.backward()
+        results[name] = loss.detach(), [p.grad.clone() for p in model.parameters()]
+    assert len(calls) == 1
+    assert torch.equal(results["fused"][0], results["plain"][0])
+    for got, want in zip(results["fused"][1], results["plain"][1]):
+        torch.testing.assert_close(got, want, rtol=3e-2, atol=1e-3)
+    monkeypatch.setattr(loss_module, "FUSE_PROJECTION", True)
+    objective(src, tgt, select, target)  # fp32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        objective(src, tgt, select, target)
+    assert len(calls) == 1
+
+
+def test_the_fused_buffer_is_reused_and_never_shared(monkeypatch):
+    """Backward gives the (R, V) buffer back for the next forward; two graphs alive at once each
+    have their own, and one that never runs backward costs the next call only a fresh buffer:
+    every result equals the one computed alone."""
+    import translate.training.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "_workspace", loss_module._Workspace())
+    torch.manual_seed(4)
+    hidden, weight = torch.randn(3, 8, 16), torch.randn(40, 16)
+    targets = torch.randint(0, 40, (3, 6))
+    alone = [projected(True, hidden[i], weight, targets[i], 0.1, monkeypatch) for i in range(3)]
+
+    def forward(i):
+        h, w = hidden[i].clone().requires_grad_(), weight.clone().requires_grad_()
+        loss, _ = loss_module.ProjectedSmoothedCrossEntropy.apply(h, w, targets[i], 0.1, torch.bfloat16)
+        return loss, h, w
+
+    pointers = []
+    take = loss_module._Workspace.take
+
+    def recorded(self, *args):
+        buffer = take(self, *args)
+        pointers.append(buffer.data_ptr())
+        return buffer
+
+    monkeypatch.setattr(loss_module._Workspace, "take", recorded)
+    monkeypatch.setattr(loss_module, "_workspace", loss_module._Workspace())
+    first, second = forward(0), forward(1)  # both alive
+    abandoned = forward(2)  # never runs backward
+    for (loss, h, w), (want, _, want_h, want_w) in ((first, alone[0]), (second, alone[1])):
+        (loss * 0.03).backward()
+        assert torch.equal(loss, want) and torch.equal(h.grad, want_h) and torch.equal(w.grad, want_w)
+    again = forward(2)
+    (again[0] * 0.03).backward()
+    assert torch.equal(again[0], abandoned[0]) and torch.equal(again[1].grad, alone[2][2])
+    assert len(set(pointers[:3])) == 3  # three graphs alive: three buffers
+    assert pointers[3] in pointers[:2]  # a buffer given back is taken again
+
+
+def test_fused_graph_runs_backward_once():
+    import translate.training.loss as loss_module
+
+    hidden, weight = torch.randn(4, 8, requires_grad=True), torch.randn(7, 8, requires_grad=True)
+    loss, _ = loss_module.ProjectedSmoothedCrossEntropy.apply(hidden, weight, torch.tensor([0, 1, 2]), 0.1, torch.bfloat16)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward twice"):
+        loss.backward()

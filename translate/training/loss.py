@@ -80,30 +80,118 @@ CHUNK_BYTES = 4 * 2**20
 
 def _chunked_gradient(logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor, Tensor]:
     """The gradient softmax - q of 16-bit logits (N, V) on the CPU, in their dtype, and the summed
-    smoothed loss and NLL, computed a few rows at a time in one fp32 scratch buffer. The
-    whole-tensor form writes (N, V) fp32 tensors to memory several times (log-softmax, exp, the
-    cast back), each pass bound by memory bandwidth; here a chunk's passes stay in cache, and
-    what backward keeps is the 16-bit gradient instead of fp32 log-probabilities."""
-    N, V = logits.shape
-    eps = label_smoothing
-    rows = max(1, min(N, CHUNK_BYTES // (4 * V)))
+    smoothed loss and NLL (_smoothed_gradient into a new tensor)."""
     grad = torch.empty_like(logits)  # (N, V)
+    loss, nll = _smoothed_gradient(logits, target, label_smoothing, out=grad)
+    return grad, loss, nll
+
+
+class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """The pre-softmax projection and label_smoothed_nll as one step, for 16-bit products on the
+    CPU: hidden states (R, D) times the shared embedding (V, D) into one (R, V) buffer that
+    outlives the call, whose rows then become the gradient softmax - q in place
+    (_smoothed_gradient). Apart, the projection's output, the gradient, its scaling by the
+    loss's gradient and, for padded rows, a zero-filled copy are each a fresh (R, V) tensor,
+    written once more than needed and, at every new size, faulted into memory page by page; here
+    the buffer is written twice (the product, the gradient) and backward scales only the (R, D)
+    and (V, D) products. Rows n..R-1 (ROW_MULTIPLE's padding) count for nothing."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, label_smoothing: float,
+                dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+        with torch.autocast("cpu", enabled=False):  # explicit dtypes: out= products take no autocast
+            h, w = hidden.to(dtype), weight.to(dtype)  # (R, D), (V, D)
+            buffer = _workspace.take(h.size(0), w.size(0), dtype)  # (R, V)
+            torch.mm(h, w.t(), out=buffer)  # logits
+            loss, nll_sum = _smoothed_gradient(buffer, target, label_smoothing, out=buffer)
+        ctx.save_for_backward(h, w)
+        ctx.buffer, ctx.dtypes = buffer, (hidden.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll_sum)
+        return loss, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grad, ctx.buffer = ctx.buffer, None  # (R, V): softmax - q
+        if grad is None:
+            raise RuntimeError("ProjectedSmoothedCrossEntropy's graph ran backward twice: its buffer was given back")
+        h, w = ctx.saved_tensors
+        scale = grad_loss.float()
+        with torch.autocast("cpu", enabled=False):
+            # Scaled after the product, in fp32: (R, D) and (V, D) instead of (R, V), one rounding.
+            grad_hidden = torch.mm(grad, w).float().mul_(scale).to(ctx.dtypes[0])  # (R, D)
+            grad_weight = torch.mm(grad.t(), h).float().mul_(scale).to(ctx.dtypes[1])  # (V, D)
+        _workspace.give_back(grad)
+        return grad_hidden, grad_weight, None, None, None
+
+
+def _smoothed_gradient(logits: Tensor, target: Tensor, label_smoothing: float, out: Tensor) -> Tuple[Tensor, Tensor]:
+    """The gradient softmax - q of the summed smoothed loss of 16-bit logits (R, V) into out (R, V)
+    (which may be logits itself), where target (n,) covers rows 0..n-1; rows n..R-1 of out become
+    zero. Returns the summed smoothed loss and NLL (fp32 scalars).
+
+    A few rows at a time in one fp32 scratch buffer: the whole-tensor form writes (R, V) fp32
+    tensors to memory several times (log-softmax, exp, the cast back), each pass bound by memory
+    bandwidth; here a chunk's passes stay in cache."""
+    (R, V), n = logits.shape, target.numel()
+    eps = label_smoothing
+    rows = max(1, min(max(n, 1), CHUNK_BYTES // (4 * V)))
     scratch = logits.new_empty((rows, V), dtype=torch.float32)
-    gold = logits.new_empty((N, 1), dtype=torch.float32)  # each target's log-probability
-    mean = logits.new_empty((N,), dtype=torch.float32)  # each row's mean log-probability
-    for start in range(0, N, rows):
-        end = min(start + rows, N)
-        log_probs, chunk_target = scratch[: end - start], target[start:end, None]  # (n, V), (n, 1)
+    gold = logits.new_empty((n, 1), dtype=torch.float32)  # each target's log-probability
+    mean = logits.new_empty((n,), dtype=torch.float32)  # each row's mean log-probability
+    for start in range(0, n, rows):
+        end = min(start + rows, n)
+        log_probs, chunk_target = scratch[: end - start], target[start:end, None]  # (k, V), (k, 1)
         log_probs.copy_(logits[start:end])
         torch._log_softmax(log_probs, 1, False, out=log_probs)
         torch.gather(log_probs, 1, chunk_target, out=gold[start:end])
         torch.mean(log_probs, 1, out=mean[start:end])
         softmax = log_probs.exp_().sub_(eps / V)  # softmax - eps / V
         softmax.scatter_add_(1, chunk_target, softmax.new_full(chunk_target.shape, -(1.0 - eps)))  # - (1 - eps) at the target
-        grad[start:end].copy_(softmax)
+        out[start:end].copy_(softmax)
+    out[n:].zero_()
     nll = -gold.sum()
-    loss = (1.0 - eps) * nll - eps * mean.sum()
-    return grad, loss, nll
+    return (1.0 - eps) * nll - eps * mean.sum(), nll
+
+
+class _Workspace:
+    """(R, V) buffers for ProjectedSmoothedCrossEntropy, kept between updates: handed out by
+    forward, given back by backward, so that a graph that never runs backward only costs a
+    fresh one. One flat block per dtype, as large as the largest R * V met."""
+
+    def __init__(self):
+        self.free: dict = {}  # dtype -> flat tensor
+
+    def take(self, rows: int, columns: int, dtype: torch.dtype) -> Tensor:
+        block = self.free.pop(dtype, None)
+        if block is None or block.numel() < rows * columns:
+            block = torch.empty(rows * columns, dtype=dtype)
+        return block[: rows * columns].view(rows, columns)
+
+    def give_back(self, buffer: Tensor) -> None:
+        block = buffer._base if buffer._base is not None else buffer
+        kept = self.free.get(buffer.dtype)
+        if kept is None or kept.numel() < block.numel():
+            self.free[buffer.dtype] = block
+
+
+_workspace = _Workspace()
+
+# Whether LabelSmoothedObjective fuses the projection with the loss where it can
+# (fused_projection_applies); False: the plain path, for comparison (tests, scripts/bench_loss.py).
+FUSE_PROJECTION = True
+
+
+def fused_projection_applies(hidden: Tensor) -> bool:
+    """ProjectedSmoothedCrossEntropy serves CPU training whose products run in 16 bits (autocast or
+    16-bit weights) and will run backward; compiled graphs fuse the plain form themselves."""
+    return (FUSE_PROJECTION and hidden.device.type == "cpu" and torch.is_grad_enabled()
+            and not torch.compiler.is_compiling() and _product_dtype(hidden) != torch.float32)
+
+
+def _product_dtype(hidden: Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu")
+    return hidden.dtype
 
 
 # The vocabulary projection's rows are rounded up to a multiple of this. Every batch has its own
@@ -115,9 +203,11 @@ ROW_MULTIPLE = 64
 
 class LabelSmoothedObjective(nn.Module):
     """What training minimizes: the model's logits at the real target positions, then
-    label_smoothed_nll. One module, so that torch.compile (train.compile) fuses the loss with
-    the vocabulary projection: run apart, the cast to fp32, log-softmax, mean, gather and
-    their backward write (N, V) fp32 tensors about ten times, a large share of a GPU step."""
+    label_smoothed_nll. One module, so that the vocabulary projection and the loss run as one
+    step: torch.compile (train.compile) fuses them on a GPU, where run apart the cast to fp32,
+    log-softmax, mean, gather and their backward write (N, V) fp32 tensors about ten times, a
+    large share of a step; on the CPU in 16 bits, ProjectedSmoothedCrossEntropy does (its profile
+    before and after: docs/results.md)."""
 
     def __init__(self, model: nn.Module, label_smoothing: float):
         super().__init__()
@@ -130,4 +220,8 @@ class LabelSmoothedObjective(nn.Module):
         rows = -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
         if rows > n:  # position 0 again: rows the loss leaves out, so their gradient is zero
             select = torch.cat([select, select.new_zeros(rows - n)])  # (rows,)
-        return label_smoothed_nll(self.model(src, tgt_in, select)[:n], target, self.label_smoothing)
+        hidden = self.model.selected_states(src, tgt_in, select)  # (rows, D)
+        if fused_projection_applies(hidden):
+            return ProjectedSmoothedCrossEntropy.apply(hidden, self.model.output_weight(), target,
+                                                       self.label_smoothing, _product_dtype(hidden))
+        return label_smoothed_nll(self.model.logits(hidden)[:n], target, self.label_smoothing)
