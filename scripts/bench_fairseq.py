@@ -65,6 +65,20 @@ def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
     return json.loads(result.stdout.strip().splitlines()[-1])["target_tokens_per_s"]
 
 
+def machine() -> str:
+    """lscpu's model name, family and model, and whether the CPU has native bf16 (AMX or AVX512-BF16):
+    the machine a figure names."""
+    try:
+        fields = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True)
+                      .stdout.splitlines() if ":" in line)
+    except OSError:
+        return "unknown"
+    flags = fields.get("Flags", "").split()
+    bf16 = "amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "no bf16"
+    return (f"{fields.get('Model name', '?').strip()}, family {fields.get('CPU family', '?').strip()} "
+            f"model {fields.get('Model', '?').strip()}, {bf16}, {fields.get('CPU(s)', '?').strip()} CPUs")
+
+
 def timed_overrides(updates: int, threads: int, run_dir: Path) -> list:
     """`translate train`'s arguments for a timed run of any preset: `updates` updates logged every
     SKIPPED (so that steady_rate can leave out the first window), no checkpoints or validation."""

@@ -514,3 +514,37 @@ def test_fairseq_best_says_so_without_the_anchor(tmp_path):
                  env=dict(os.environ, FAIRSEQ_ANCHOR=str(tmp_path / "none")), timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["skipped"].startswith("fairseq anchor not built")
+
+
+def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, monkeypatch, capsys):
+    """--preset's rounds run base, this, then this, base; each run's updates and whole-run rate come
+    from its run record, its MFU from the log's windows, and the round's ratio is this over base."""
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import compare_trees
+
+    order, updates = [], {"base": [100, 110], "this": [150, 160]}
+
+    def fake_translate(tree, *args):
+        name = "this" if tree == compare_trees.ROOT else "base"
+        order.append(name)
+        run_dir = Path(next(a for a in args if a.startswith("run_dir="))[len("run_dir="):])
+        run_dir.mkdir(parents=True)
+        n = updates[name][len([o for o in order if o == name]) - 1]
+        (run_dir / "run_record.json").write_text(json.dumps(
+            {"training": {"updates": n, "seconds": 300.0, "target_tokens": n * 3000}}))
+        log = "".join(f"[x][translate.training.monitor][INFO] - update {k}: loss 5.0 mfu {m}% of 1.05 TFLOP/s bf16 peak\n"
+                      for k, m in ((20, 30), (40, 34)))
+        return subprocess.CompletedProcess(args, 0, "", log)
+
+    monkeypatch.setattr(compare_trees, "translate", fake_translate)
+    compare_trees.preset_throughput(tmp_path / "base", "multi30k_lowercase", 5.0, 2, 2, tmp_path)
+    assert order == ["base", "this", "this", "base"]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    runs = [line for line in lines if line["measurement"] == "preset_run"]
+    assert [(r["tree"], r["updates"], r["target_tokens_per_s"], r["mfu_percent"]) for r in runs] == \
+        [("base", 100, 1000.0, 32.0), ("this", 150, 1500.0, 32.0), ("this", 160, 1600.0, 32.0), ("base", 110, 1100.0, 32.0)]
+    assert runs[0]["peak"] == "1.05 TFLOP/s bf16"
+    assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
