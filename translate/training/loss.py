@@ -91,10 +91,11 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     CPU: hidden states (R, D) times the shared embedding (V, D) into one (R, V) buffer that
     outlives the call, whose rows then become the gradient softmax - q in place
     (_smoothed_gradient). Apart, the projection's output, the gradient, its scaling by the
-    loss's gradient and, for padded rows, a zero-filled copy are each a fresh (R, V) tensor,
-    written once more than needed and, at every new size, faulted into memory page by page; here
-    the buffer is written twice (the product, the gradient) and backward scales only the (R, D)
-    and (V, D) products. Rows n..R-1 (ROW_MULTIPLE's padding) count for nothing."""
+    loss's gradient and, for padded rows, a zero-filled copy are each a fresh (R, V) tensor;
+    here the buffer is written twice (the product, the gradient), backward scales only the
+    (R, D) and (V, D) products, in fp32 (one rounding fewer), and no speed depends on the
+    allocator reusing freed blocks (host_memory). As users train, on a Zen 5, the loop was no
+    faster for it (docs/results.md, issue 53). Rows n..R-1 (ROW_MULTIPLE's padding) count for nothing."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, label_smoothing: float,
