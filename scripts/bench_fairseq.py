@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from translate.core.choices import Precision
+from translate.core import precision
 from translate.core.precision import resolved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,17 +67,11 @@ def fairseq(model: str, updates: int, threads: int) -> Optional[float]:
 
 
 def machine() -> str:
-    """lscpu's model name, family and model, and whether the CPU has native bf16 (AMX or AVX512-BF16):
-    the machine a figure names."""
-    try:
-        fields = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True)
-                      .stdout.splitlines() if ":" in line)
-    except OSError:
-        return "unknown"
-    flags = fields.get("Flags", "").split()
-    bf16 = "amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "no bf16"
-    return (f"{fields.get('Model name', '?').strip()}, family {fields.get('CPU family', '?').strip()} "
-            f"model {fields.get('Model', '?').strip()}, {bf16}, {fields.get('CPU(s)', '?').strip()} CPUs")
+    """The machine a figure names: the CPU's model name, family and model, the instructions torch
+    dispatches to, whether it has native bf16, and its CPU count (translate.core.precision's)."""
+    cpu = ", ".join(part for part in (precision.cpu_model(), precision.cpu_family_model()) if part)
+    bf16 = "native bf16" if precision.native_bf16() else "no native bf16"
+    return f"{cpu}, {precision.isa()}, {bf16}, {os.cpu_count()} CPUs"
 
 
 def timed_overrides(updates: int, threads: int, run_dir: Path) -> list:

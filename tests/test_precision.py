@@ -36,6 +36,17 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
         precision.native_bf16.cache_clear()
 
 
+def test_cpu_family_and_model_are_read_from_cpuinfo(monkeypatch):
+    """"family F model M" from their own lines, not from "model name"; "" where either is missing."""
+    from translate.core import precision
+
+    text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel name\t: AMD EPYC\nmodel\t\t: 2\n"
+    monkeypatch.setattr(precision.Path, "read_text", lambda self: text)
+    assert precision.cpu_family_model() == "family 26 model 2"
+    monkeypatch.setattr(precision.Path, "read_text", lambda self: "processor\t: 0\nmodel name\t: AMD EPYC\n")
+    assert precision.cpu_family_model() == ""
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_picks_bf16_on_cpus_that_have_it(monkeypatch, native):
     from translate.core import precision

@@ -70,6 +70,13 @@ def cpu_model() -> str:
     return name.strip() if name else (platform.processor() or "unknown")
 
 
+def cpu_family_model() -> str:
+    """"family F model M" of the CPU, from /proc/cpuinfo: what tells generations apart where the
+    model name does not (an "AMD EPYC" is a Zen 3, 4 or 5); "" where the system does not say."""
+    family, model = _cpuinfo_field(("cpu family",)), _cpuinfo_field(("model\t", "model :"))
+    return f"family {family.strip()} model {model.strip()}" if family and model else ""
+
+
 def isa() -> str:
     """The instructions torch's CPU kernels dispatch to here ("AVX512", "AVX2", "DEFAULT"; the
     environment's ATEN_CPU_CAPABILITY may lower it), for records of how figures were computed."""

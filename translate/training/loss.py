@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -135,7 +135,7 @@ def _smoothed_gradient(logits: Tensor, target: Tensor, label_smoothing: float, o
     bandwidth; here a chunk's passes stay in cache."""
     (R, V), n = logits.shape, target.numel()
     eps = label_smoothing
-    rows = max(1, min(max(n, 1), CHUNK_BYTES // (4 * V)))
+    rows = max(1, min(n, CHUNK_BYTES // (4 * V)))
     scratch = logits.new_empty((rows, V), dtype=torch.float32)
     gold = logits.new_empty((n, 1), dtype=torch.float32)  # each target's log-probability
     mean = logits.new_empty((n,), dtype=torch.float32)  # each row's mean log-probability
@@ -178,21 +178,18 @@ class _Workspace:
 _workspace = _Workspace()
 
 # Whether LabelSmoothedObjective fuses the projection with the loss where it can
-# (fused_projection_applies); False: the plain path, for comparison (tests, scripts/bench_loss.py).
+# (fused_product_dtype); False: the plain path, for comparison (tests).
 FUSE_PROJECTION = True
 
 
-def fused_projection_applies(hidden: Tensor) -> bool:
-    """ProjectedSmoothedCrossEntropy serves CPU training whose products run in 16 bits (autocast or
-    16-bit weights) and will run backward; compiled graphs fuse the plain form themselves."""
-    return (FUSE_PROJECTION and hidden.device.type == "cpu" and torch.is_grad_enabled()
-            and not torch.compiler.is_compiling() and _product_dtype(hidden) != torch.float32)
-
-
-def _product_dtype(hidden: Tensor) -> torch.dtype:
-    if torch.is_autocast_enabled("cpu"):
-        return torch.get_autocast_dtype("cpu")
-    return hidden.dtype
+def fused_product_dtype(hidden: Tensor) -> Optional[torch.dtype]:
+    """The 16-bit dtype ProjectedSmoothedCrossEntropy computes hidden's products in (autocast's, or
+    hidden's own), where it serves: CPU training that will run backward; None elsewhere (fp32,
+    no_grad, other devices; compiled graphs fuse the plain form themselves)."""
+    if not FUSE_PROJECTION or hidden.device.type != "cpu" or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return None
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+    return None if dtype == torch.float32 else dtype
 
 
 # The vocabulary projection's rows are rounded up to a multiple of this. Every batch has its own
@@ -222,7 +219,8 @@ class LabelSmoothedObjective(nn.Module):
         if rows > n:  # position 0 again: rows the loss leaves out, so their gradient is zero
             select = torch.cat([select, select.new_zeros(rows - n)])  # (rows,)
         hidden = self.model.selected_states(src, tgt_in, select)  # (rows, D)
-        if fused_projection_applies(hidden):
+        dtype = fused_product_dtype(hidden)
+        if dtype is not None:
             return ProjectedSmoothedCrossEntropy.apply(hidden, self.model.output_weight(), target,
-                                                       self.label_smoothing, _product_dtype(hidden))
+                                                       self.label_smoothing, dtype)
         return label_smoothed_nll(self.model.logits(hidden)[:n], target, self.label_smoothing)
