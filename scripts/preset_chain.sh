@@ -22,7 +22,9 @@ if [[ -e $run_dir ]]; then
     exit 1
 fi
 mkdir -p "$run_dir"
-{ lscpu; echo "commit $(git -C "$(dirname "$0")" rev-parse HEAD)"; } >"$run_dir/machine.txt"
+# The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
+{ lscpu; echo "commit $(git -C "$(dirname "$0")" rev-parse HEAD)"
+  env | grep -E '^(ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA|DNNL_MAX_CPU_ISA|MKL_ENABLE_INSTRUCTIONS)=' || true; } >"$run_dir/machine.txt"
 common=("config=$config" "run_dir=$run_dir")
 "$python" -m translate train "${common[@]}" "train.seed=$seed"
 "$python" -m translate tune "${common[@]}"

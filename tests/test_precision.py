@@ -32,6 +32,9 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
     try:
         assert cpuinfo("fpu sse avx2 avx512f avx512_bf16") and cpuinfo("avx512f amx_tile amx_bf16")
         assert not cpuinfo("fpu sse avx2 avx512f avx512bw")  # AVX-512 alone emulates bf16
+        for cap, native in [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True), ("AVX512_CORE_AMX", True), ("ALL", True)]:
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)  # the brief's way to force a CPU down to AVX2
+            assert cpuinfo("avx512f avx512_bf16 amx_bf16") == native, cap
     finally:
         precision.native_bf16.cache_clear()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,16 @@ def native_bf16() -> bool:
     """Whether this machine's CPU computes bf16 matrix products in hardware, from Linux's
     /proc/cpuinfo (elsewhere: no). On one with AMX, a 4,096x256 by 256x1,024 product ran 9x
     faster in bf16 than in fp32; on CPUs without, bf16 is emulated and slower than fp32."""
-    if platform.system() != "Linux":
+    if platform.system() != "Linux" or not _onednn_may_use_bf16():
         return False
     flags = _cpuinfo_field(("flags", "Features"))
     return flags is not None and bool(_BF16_FLAGS & set(flags.split()))
+
+
+def _onednn_may_use_bf16() -> bool:
+    """False where ONEDNN_MAX_CPU_ISA (or its old name DNNL_MAX_CPU_ISA) caps oneDNN below its
+    bf16 instructions (AVX2, AVX512_CORE, ...): its bf16 products are then emulated, as on a CPU
+    without them, so a run forced down to AVX2 trains in fp32 as an AVX2 CPU's would. The ISAs
+    that keep bf16 name it (AVX512_CORE_BF16), or AMX or FP16, or are AVX10 or ALL."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    return cap == "ALL" or cap.startswith("AVX10") or any(word in cap for word in ("BF16", "AMX", "FP16"))
