@@ -74,6 +74,12 @@ def machine() -> str:
     return f"{cpu}, {precision.isa()}, {bf16}, {os.cpu_count()} CPUs"
 
 
+def commit(tree: Path = ROOT) -> str:
+    """The short commit the figures were measured at ("unknown" outside a git checkout)."""
+    found = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or "unknown"
+
+
 def timed_overrides(updates: int, threads: int, run_dir: Path) -> list:
     """`translate train`'s arguments for a timed run of any preset: `updates` updates logged every
     SKIPPED (so that steady_rate can leave out the first window), no checkpoints or validation."""

@@ -39,6 +39,8 @@ from typing import Callable, Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_fairseq import commit, machine  # noqa: E402  the machine and commit a figure names, as bench_fairseq's
 RAW = ROOT.parent / "shared" / "data" / "raw" / "multi30k-task1-raw"
 TESTS = ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"]
 FAIRSEQ_DEFAULT_LENPEN = 1.0
@@ -147,19 +149,6 @@ def search_lenpens(lenpens: Sequence[float], extend_to: float, score: Callable[[
 
 def choose(scores: Dict[float, float]) -> float:
     return max(scores, key=lambda lenpen: (scores[lenpen], -abs(lenpen - FAIRSEQ_DEFAULT_LENPEN)))
-
-
-def machine() -> str:
-    try:
-        found = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in found.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return "unknown"
-
-
-def commit() -> str:
-    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or "unknown"
 
 
 def main() -> None:

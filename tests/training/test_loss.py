@@ -249,3 +249,65 @@ def test_fused_graph_runs_backward_once():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward twice"):
         loss.backward()
+
+
+def _rdrop_case(dropout: float):
+    from translate.core.config import ModelConfig
+    from translate.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(layers=1, d_model=32, d_ff=64, heads=2, vocab_size=100, dropout=dropout))
+    src, tgt = torch.randint(4, 100, (5, 7)), torch.randint(4, 100, (5, 9))
+    select = torch.arange(0, 45, 2)  # 23 real positions
+    return model, src, tgt, select, tgt.flatten()[select]
+
+
+def test_rdrop_loss_and_gradient_by_hand():
+    """train.rdrop: the batch twice through the model (each copy its own dropout masks), the mean
+    of the two label-smoothed losses plus alpha / 4 times both KL divergences, written out here
+    with F.cross_entropy and p * (log p - log q); gradients alike."""
+    from translate.training.loss import LabelSmoothedObjective
+
+    model, src, tgt, select, target = _rdrop_case(dropout=0.3)
+    alpha, eps, n = 3.0, 0.1, select.numel()
+    torch.manual_seed(1)
+    loss, nll = LabelSmoothedObjective(model, eps, rdrop=alpha)(src, tgt, select, target)
+    loss.backward()
+    ours = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(1)  # the same dropout draws: one forward pass over both copies
+    logits = model(torch.cat([src, src]), torch.cat([tgt, tgt]), torch.cat([select, select + tgt.numel()]))
+    first, second = logits[:n], logits[n:]
+    ce = [F.cross_entropy(half, target, label_smoothing=eps, reduction="sum") for half in (first, second)]
+    p, q = F.softmax(first, -1), F.softmax(second, -1)
+    kl_pq = (p * (p.log() - q.log())).sum()
+    kl_qp = (q * (q.log() - p.log())).sum()
+    assert kl_pq > 0.1 and kl_qp > 0.1  # the copies' dropout masks differ
+    expected = (ce[0] + ce[1]) / 2 + alpha * (kl_pq + kl_qp) / 4
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+    half_nll = sum(F.cross_entropy(half, target, reduction="sum") for half in (first, second)) / 2
+    torch.testing.assert_close(nll, half_nll.detach(), rtol=1e-5, atol=1e-4)
+    for got, want in zip(ours, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_rdrop_without_dropout_is_the_plain_loss_and_validation_ignores_it():
+    """Without dropout the two copies agree, the KL is zero, and R-Drop's loss and gradients are
+    the plain objective's; under no_grad (validation) the plain objective runs."""
+    from translate.training.loss import LabelSmoothedObjective
+
+    model, src, tgt, select, target = _rdrop_case(dropout=0.0)
+    rdrop, plain = LabelSmoothedObjective(model, 0.1, rdrop=5.0), LabelSmoothedObjective(model, 0.1)
+    results = []
+    for objective in (rdrop, plain):
+        model.zero_grad()
+        loss, nll = objective(src, tgt, select, target)
+        loss.backward()
+        results.append((loss.detach(), nll, [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-5, atol=1e-4)
+    for got, want in zip(results[0][2], results[1][2]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        assert torch.equal(rdrop(src, tgt, select, target)[0], plain(src, tgt, select, target)[0])

@@ -132,6 +132,10 @@ class TrainConfig:
     """The training loop."""
 
     label_smoothing: float = 0.1  # eps_ls of the label-smoothed cross-entropy
+    # R-Drop's alpha (Liang et al. 2021): each batch runs through the model twice, with different
+    # dropout masks, and alpha weighs the symmetric KL divergence between the two predictions
+    # against their cross-entropy (as the paper's). An update then costs two. 0: off.
+    rdrop: float = 0.0
     tokens_per_batch: int = 25000  # per process: padded source (and target) tokens per micro-batch, at most tokens_per_update / processes
     tokens_per_update: int = 25000  # per optimizer update over all processes and accumulation
     max_steps: int = 100000  # stop after this many updates

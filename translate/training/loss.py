@@ -207,20 +207,83 @@ class LabelSmoothedObjective(nn.Module):
     large share of a step; on the CPU in 16 bits, ProjectedSmoothedCrossEntropy does (its profile
     before and after: docs/results.md)."""
 
-    def __init__(self, model: nn.Module, label_smoothing: float):
+    def __init__(self, model: nn.Module, label_smoothing: float, rdrop: float = 0.0):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.rdrop = rdrop  # R-Drop's alpha (train.rdrop); used only where a gradient follows
 
     def forward(self, src: Tensor, tgt_in: Tensor, select: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
         """(B, S), (B, T), (N,) flat real target positions, (N,) their ids -> summed loss, summed NLL."""
+        if self.rdrop > 0 and torch.is_grad_enabled():
+            return self._rdrop(src, tgt_in, select, target)
         n = select.numel()
-        rows = -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
-        if rows > n:  # position 0 again: rows the loss leaves out, so their gradient is zero
-            select = torch.cat([select, select.new_zeros(rows - n)])  # (rows,)
-        hidden = self.model.selected_states(src, tgt_in, select)  # (rows, D)
+        hidden = self.model.selected_states(src, tgt_in, _rounded(select))  # (rows, D)
         dtype = fused_product_dtype(hidden)
         if dtype is not None:
             return ProjectedSmoothedCrossEntropy.apply(hidden, self.model.output_weight(), target,
                                                        self.label_smoothing, dtype)
         return label_smoothed_nll(self.model.logits(hidden)[:n], target, self.label_smoothing)
+
+    def _rdrop(self, src: Tensor, tgt_in: Tensor, select: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
+        """R-Drop (train.rdrop): the batch twice in one forward pass, so that each copy draws its
+        own dropout masks, then RDropLoss on the two copies' logits."""
+        n = select.numel()
+        both = torch.cat([select, select + tgt_in.numel()])  # (2N,) the second copy's positions follow the first's
+        hidden = self.model.selected_states(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]), _rounded(both))
+        return RDropLoss.apply(self.model.logits(hidden), target, self.label_smoothing, self.rdrop)  # (rows, V) in
+
+
+class RDropLoss(torch.autograd.Function):
+    """R-Drop's loss (Liang et al. 2021) on two passes' logits of the same N targets, rows [0, N)
+    and [N, 2N) of (rows, V) (rows past 2N: padding, with no loss and a zero gradient):
+
+        (CE_1 + CE_2) / 2 + alpha * (KL(P_1 || P_2) + KL(P_2 || P_1)) / 4,
+
+    summed over the targets, CE label-smoothed: the paper's CE_1 + CE_2 + alpha / 2 * (both KLs),
+    halved so that its scale stays one pass's (the gradient clip's threshold means the same). Also
+    returns the two passes' mean NLL. Both KLs together are sum_v (p1 - p2)(log p1 - log p2),
+    whose gradient on the first pass's logits is p1 (d - E_p1[d]) + p1 - p2 with d = log p1 - log p2
+    (and alike on the second's): like SmoothedCrossEntropy, the forward pass writes the gradient
+    into one (rows, V) buffer, a few rows at a time in fp32, which autograd's form (log-softmax,
+    gather, mean and two KLs of (2N, V) fp32 tensors, and their backward) would write many times."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, label_smoothing: float, alpha: float) -> Tuple[Tensor, Tensor]:
+        n, V = target.numel(), logits.size(1)
+        grad = torch.empty_like(logits)  # (rows, V)
+        grad[2 * n:] = 0  # the rounding's padding rows
+        c, smooth = alpha / 4, label_smoothing / (2 * V)
+        ce = nll = kl = logits.new_zeros((), dtype=torch.float32)
+        rows = max(1, min(n, CHUNK_BYTES // (4 * V)))
+        for start in range(0, n, rows):
+            end = min(start + rows, n)
+            gold = target[start:end, None]  # (k, 1)
+            a = F.log_softmax(logits[start:end], dim=-1, dtype=torch.float32)  # (k, V) log p1
+            b = F.log_softmax(logits[n + start:n + end], dim=-1, dtype=torch.float32)  # (k, V) log p2
+            gold_sum = a.gather(1, gold).sum() + b.gather(1, gold).sum()
+            nll = nll - gold_sum
+            ce = ce - (1.0 - label_smoothing) * gold_sum - label_smoothing * (a.mean(dim=-1).sum() + b.mean(dim=-1).sum())
+            p1, p2, d = a.exp(), b.exp(), a - b  # (k, V) each
+            kl = kl + ((p1 - p2) * d).sum()
+            e1, e2 = (p1 * d).sum(-1, keepdim=True), (p2 * d).sum(-1, keepdim=True)  # (k, 1) E_p1[d], E_p2[d]
+            for out, p, other, shift in ((grad[start:end], p1, p2, d.sub(e1)), (grad[n + start:n + end], p2, p1, e2 - d)):
+                g = p * (0.5 + c * (shift + 1.0)) - c * other - smooth  # (k, V): softmax / 2 and the KLs' part, less q's uniform half
+                g.scatter_add_(1, gold, g.new_full(gold.shape, -(1.0 - label_smoothing) / 2))  # q's one-hot half
+                out.copy_(g)
+        ctx.grad = grad
+        ctx.mark_non_differentiable(nll)
+        return ce / 2 + c * kl, nll / 2
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> Tuple[Tensor, None, None, None]:
+        grad, ctx.grad = ctx.grad, None  # a second backward fails, as SmoothedCrossEntropy's
+        return grad.mul_(grad_loss.to(grad.dtype)), None, None, None
+
+
+def _rounded(select: Tensor) -> Tensor:
+    """select (N,) with position 0 appended up to a multiple of ROW_MULTIPLE rows: rows the loss
+    leaves out, so that their gradient is zero."""
+    n = select.numel()
+    rows = -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
+    return torch.cat([select, select.new_zeros(rows - n)]) if rows > n else select  # (rows,)

@@ -153,7 +153,7 @@ class Trainer:
                  f"{model_cfg.vocab_size:,}); {len(data.train):,} training pairs; {tokens_per_batch} tokens per batch x "
                  f"{accumulation} accumulation x {context.world_size} processes; {precision.precision} on "
                  f"{context.device}; {torch.get_num_threads()} threads")
-        accounting = _accounting(model_cfg, data, context, precision)
+        accounting = _accounting(model_cfg, data, context, precision, passes=2 if cfg.train.rdrop > 0 else 1)
         learner = Learner(model, model_cfg, _objective(model, cfg, context), optimizer, schedule, precision)
         if resumed is not None:
             resume.restore_process_state(resumed, context, batches, validator.tracker)
@@ -366,18 +366,20 @@ def _model_config(cfg: TranslateConfig, data: PreparedData) -> ModelConfig:
 
 
 def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed.Context,
-                precision: MixedPrecision) -> Accounting:
-    """FLOPs per target token at the corpus's average lengths (EOS included) and the peak."""
+                precision: MixedPrecision, passes: int = 1) -> Accounting:
+    """FLOPs per target token at the corpus's average lengths (EOS included) and the peak;
+    `passes` times a pass's (R-Drop runs each batch twice)."""
     lengths = float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
     accounting = Accounting.measure(model_cfg, *lengths, context.device, precision.peak_dtype(), context.world_size,
                                     context.is_main)
+    accounting.flops_per_token *= passes
     log.info(f"{accounting.flops_per_token / 1e9:.3f} GFLOP per target token; device {accounting.peak_label()}")
     return accounting
 
 
 def _objective(model: nn.Module, cfg: TranslateConfig, context: distributed.Context) -> nn.Module:
     """The label-smoothed loss of the model, wrapped for DistributedDataParallel and the compiler."""
-    objective: nn.Module = LabelSmoothedObjective(model, cfg.train.label_smoothing)
+    objective: nn.Module = LabelSmoothedObjective(model, cfg.train.label_smoothing, cfg.train.rdrop)
     if context.distributed:
         device_ids = [context.device] if context.device.type == "cuda" else None
         objective = nn.parallel.DistributedDataParallel(objective, device_ids=device_ids)
