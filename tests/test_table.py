@@ -117,3 +117,25 @@ def test_the_table_counts_each_runs_test_scorings(tmp_path):
     row, = table.rows(runs)
     assert row["test_scorings"] == [2, 1] and row["test_bleu"] == 21.5
     assert "test_scorings" not in table.run_rows([recorded_run(tmp_path / "none", 0.1, 1, 4.0, 3.9, 20.0)])[0]
+
+
+def test_the_table_shows_the_dev_bleu_tune_chose(tmp_path):
+    """Candidates are compared on the dev split as the chain decodes it: the dev BLEU at the alpha
+    `translate tune` chose (its last choice), and that alpha; none for a run not tuned; a mean over seeds."""
+    def tuned(folder, seed, alpha, scores):
+        run = recorded_run(folder, 0.3, seed, 4.0, 3.9, 20.0)
+        record = RunRecord.load(run)
+        record.others["length_penalty"] = {"alpha": alpha, "split": "validation",
+                                           "scores": [{"alpha": a, "sacrebleu": b} for a, b in scores]}
+        record.save(run)
+        return run
+
+    runs = [tuned(tmp_path / "s1", 1, 1.0, [(0.6, 41.5), (1.0, 41.9), (1.2, 41.7)]),
+            tuned(tmp_path / "s2", 2, 0.6, [(0.6, 42.3), (1.0, 42.1)])]
+    rows = table.rows(runs)
+    assert len(rows) == 1 and rows[0]["tuned_dev_bleu"] == statistics.mean([41.9, 42.3])
+    assert rows[0]["tuned_alpha"] == statistics.mean([1.0, 0.6])
+    untuned = recorded_run(tmp_path / "s3", 0.1, 3, 4.0, 3.9, 20.0)
+    by_run = {row["run"]: row for row in table.run_rows([runs[0], untuned])}
+    assert (by_run[str(runs[0])]["tuned_dev_bleu"], by_run[str(untuned)]["tuned_dev_bleu"]) == (41.9, None)
+    assert "tuned_dev_bleu" not in table.run_rows([untuned])[0]

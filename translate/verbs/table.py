@@ -2,7 +2,8 @@
 
 Each run is read from its run record (run_record.json, which train keeps and bleu adds to): the
 settings that differ between the runs, parameters, updates, training compute, the last
-validation's dev loss, perplexity and BLEU, the test BLEU where the run's decode was scored and
+validation's dev loss, perplexity and BLEU, the dev BLEU at the length penalty `translate tune`
+chose and that alpha (where any run was tuned), the test BLEU where the run's decode was scored and
 how many times its test split was scored (where any run's was), the minutes and updates to
 train.target_bleu where a run had one, and torchrun's restarts where a run had any. Runs that
 differ only in train.seed are one row: the mean of each measure, its standard deviation
@@ -29,8 +30,8 @@ PLACES = ("run_dir", "data.cache_dir", "decode.output", "decode.input", "decode.
 READERS = ("table.", "plot.", "tune.")
 SEED = "train.seed"
 # What a run measured: over the seeds of one row, a mean and a standard deviation each.
-MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "target_minutes", "target_updates",
-            "restarts")
+MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "tuned_dev_bleu", "tuned_alpha", "test_bleu",
+            "target_minutes", "target_updates", "restarts")
 SCORINGS = "test_scorings"  # how many times each run's test split was scored: a count per run, never averaged
 
 
@@ -61,6 +62,8 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
                "train_flops": training.model_flops if training else None, "dev_loss": valid.loss if valid else None,
                "dev_ppl": valid.perplexity if valid else None, "dev_bleu": valid.bleu if valid else None,
                "test_bleu": record.test_bleu()}
+        if any(run_record.LENGTH_PENALTY in r.others for r in records):  # translate tune's choice on the dev split
+            row["tuned_dev_bleu"], row["tuned_alpha"] = _tuned(record)
         if any(r.test_scorings() for r in records):  # a test split scored twice has been seen twice
             row[SCORINGS] = len(record.test_scorings())
         if any(r.target is not None for r in records):  # train.target_bleu: the time to it, from the process start
@@ -71,6 +74,17 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
             row["restarts"] = len(record.restarts or [])
         table.append(row)
     return table
+
+
+def _tuned(record: RunRecord) -> tuple:
+    """(dev sacreBLEU at the alpha `translate tune` chose, that alpha): its last choice, with the
+    beam and weights it decoded; (None, None) where the run was not tuned. Candidates are compared
+    on this, the dev split's score as the preset's chain decodes, never on a test split."""
+    entry = record.others.get(run_record.LENGTH_PENALTY)
+    if not isinstance(entry, dict):
+        return None, None
+    chosen = [score["sacrebleu"] for score in entry.get("scores", []) if score.get("alpha") == entry.get("alpha")]
+    return (chosen[-1] if chosen else None), entry.get("alpha")
 
 
 def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
