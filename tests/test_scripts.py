@@ -548,3 +548,33 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
         [("base", 100, 1000.0, 32.0), ("this", 150, 1500.0, 32.0), ("this", 160, 1600.0, 32.0), ("base", 110, 1100.0, 32.0)]
     assert runs[0]["peak"] == "1.05 TFLOP/s bf16"
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
+
+
+def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
+    """Runs of a baseline and a candidate: a line per run naming its differing setting, then one per
+    setting with the mean and sd over its seeds, all from the records (tune's choice included)."""
+    import statistics
+
+    dev_candidates = script_module("dev_candidates")
+    from translate.core.run_record import RunRecord, TrainingTotals, Validation
+
+    def recorded(name, seed, rdrop, tuned):
+        training = TrainingTotals(updates=100 * seed, seconds=60.0, model_flops=1e12, target_tokens=10**6,
+                                  skipped_updates=0, device="cpu", processes=1, precision="bf16")
+        record = RunRecord(settings={"train": {"seed": seed, "rdrop": rdrop}}, training=training,
+                           valid=Validation(update=100, metrics={"loss": 2.7, "nll": 1.6, "bleu": 40.0}))
+        record.others["length_penalty"] = {"alpha": 1.0, "scores": [{"alpha": 0.6, "sacrebleu": 0.0},
+                                                                    {"alpha": 1.0, "sacrebleu": tuned}]}
+        record.save(tmp_path / name)
+        return tmp_path / name
+
+    runs = [recorded("base", 8, 0.0, 41.9), recorded("rd-11", 11, 5.0, 42.8), recorded("rd-12", 12, 5.0, 43.2)]
+    lines = dev_candidates.lines(runs)
+    assert [(line["measurement"], line["setting"]) for line in lines] == [
+        ("dev_run", "baseline"), ("dev_run", "train.rdrop=5.0"), ("dev_run", "train.rdrop=5.0"),
+        ("dev_candidate", "baseline"), ("dev_candidate", "train.rdrop=5.0")]
+    assert lines[1]["label"] == "rd-11" and lines[1]["tuned_dev_bleu"] == 42.8 and lines[1]["updates"] == 1100
+    candidate = lines[-1]
+    assert candidate["n"] == 2 and candidate["seeds"] == [11, 12]
+    assert candidate["tuned_dev_bleu"] == statistics.mean([42.8, 43.2])
+    assert candidate["tuned_dev_bleu_sd"] == statistics.stdev([42.8, 43.2]) and lines[-2]["tuned_dev_bleu_sd"] is None

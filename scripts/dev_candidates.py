@@ -1,0 +1,69 @@
+#!/usr/bin/env python
+"""Recipe candidates on the dev split, from their run records alone (issue 53: a recipe is chosen
+on dev, never on a test split): `translate table`'s rows as one JSON line per run, then one per
+setting over its seeds. Each names the settings that differ between the runs given, the updates,
+the last validation's dev loss and greedy dev BLEU, and the dev BLEU at the alpha `translate tune`
+chose (its beam, its averaged weights).
+
+    .venv/bin/python scripts/dev_candidates.py /work/runs/seed8 /work/runs/cand-rdrop5-seed11
+    .venv/bin/python scripts/dev_candidates.py RUN... --output docs/figures/multi30k_dev_candidates_zen5.jsonl
+
+Lines: {"measurement": "dev_run", "label": the run folder's name, ...} for each run, then
+{"measurement": "dev_candidate", "setting": "train.rdrop=5.0" (the differing settings, or
+"baseline" where they are the first run's), "n": seeds, and each measure's mean and sd}. Page
+marks pick one: `dev_run[label=NAME]` or `dev_candidate[setting=...]` (scripts/fill_figures.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from translate.verbs import table  # noqa: E402
+
+MEASURES = ("updates", "dev_loss", "dev_bleu", "tuned_dev_bleu", "tuned_alpha")
+
+
+def lines(runs: List[Path]) -> List[Dict]:
+    rows = table.run_rows(runs)
+    settings = [key for key in rows[0] if key not in ("run", "params", "train_flops", "dev_ppl", "test_bleu",
+                                                      "test_scorings", table.SEED, *table.MEASURES)]
+    out, groups = [], {}
+    for row in rows:
+        differing = {key: row[key] for key in settings}
+        label = " ".join(f"{key}={value}" for key, value in differing.items() if value != rows[0][key]) or "baseline"
+        line = {"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
+                "seed": row.get(table.SEED), **differing, **{m: row.get(m) for m in MEASURES}}
+        out.append(line)
+        groups.setdefault(label, []).append(line)
+    for label, group in groups.items():
+        summary = {"measurement": "dev_candidate", "setting": label, "n": len(group),
+                   "seeds": [line["seed"] for line in group]}
+        for measure in MEASURES:
+            values = [line[measure] for line in group if line[measure] is not None]
+            summary[measure] = statistics.mean(values) if values else None
+            summary[f"{measure}_sd"] = statistics.stdev(values) if len(values) > 1 else None
+        out.append(summary)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (the first: the baseline)")
+    parser.add_argument("--output", type=Path, help="also write the lines to this file")
+    args = parser.parse_args()
+    text = "".join(json.dumps(line) + "\n" for line in lines(args.runs))
+    print(text, end="")
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
