@@ -143,7 +143,7 @@ class TrainConfig:
     seed: int = 1  # seeds weights, dropout and batch order
     log_every: int = 10  # updates between TensorBoard/log lines
     threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
-    precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16), else fp32
+    precision: Precision = Precision.auto  # fp32, bf16 or fp16 (with loss scaling); auto: bf16 on GPUs and on CPUs with native bf16 (AMX, AVX512-BF16, unless ONEDNN_MAX_CPU_ISA caps oneDNN below them), else fp32
     compile: bool = False  # torch.compile the model: for long GPU runs (its compile time does not pay back on small CPUs)
     init_from: Optional[str] = None  # start from this checkpoint's weights (fresh optimizer and schedule)
     # How a fresh run's weights start: xavier (tensor2tensor's) or fairseq (fairseq 0.12.2's)
