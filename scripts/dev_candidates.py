@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Dict, List
@@ -33,23 +32,19 @@ MEASURES = ("updates", "dev_loss", "dev_bleu", "tuned_dev_bleu", "tuned_alpha")
 
 def lines(runs: List[Path]) -> List[Dict]:
     rows = table.run_rows(runs)
-    settings = [key for key in rows[0] if key not in ("run", "params", "train_flops", "dev_ppl", "test_bleu",
-                                                      "test_scorings", table.SEED, *table.MEASURES)]
+    settings = [key for key in rows[0] if key not in ("run", "params", table.SEED, table.SCORINGS, *table.MEASURES)]
     out, groups = [], {}
     for row in rows:
         differing = {key: row[key] for key in settings}
         label = " ".join(f"{key}={value}" for key, value in differing.items() if value != rows[0][key]) or "baseline"
-        line = {"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
-                "seed": row.get(table.SEED), **differing, **{m: row.get(m) for m in MEASURES}}
-        out.append(line)
-        groups.setdefault(label, []).append(line)
+        out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
+                    "seed": row.get(table.SEED), **differing, **{m: row.get(m) for m in MEASURES}})
+        groups.setdefault(label, []).append(row)
     for label, group in groups.items():
-        summary = {"measurement": "dev_candidate", "setting": label, "n": len(group),
-                   "seeds": [line["seed"] for line in group]}
+        seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
+        summary = {"measurement": "dev_candidate", "setting": label, "n": seeds["n"], "seeds": seeds[table.SEED]}
         for measure in MEASURES:
-            values = [line[measure] for line in group if line[measure] is not None]
-            summary[measure] = statistics.mean(values) if values else None
-            summary[f"{measure}_sd"] = statistics.stdev(values) if len(values) > 1 else None
+            summary[measure], summary[f"{measure}_sd"] = seeds.get(measure), seeds.get(f"{measure}_std")
         out.append(summary)
     return out
 

@@ -78,6 +78,11 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 CHUNK_BYTES = 4 * 2**20
 
 
+def _chunk_rows(n: int, V: int) -> int:
+    """Rows of V fp32 values that fit CHUNK_BYTES (at least 1, at most n)."""
+    return max(1, min(n, CHUNK_BYTES // (4 * V)))
+
+
 def _chunked_gradient(logits: Tensor, target: Tensor, label_smoothing: float) -> Tuple[Tensor, Tensor, Tensor]:
     """The gradient softmax - q of 16-bit logits (N, V) on the CPU, in their dtype, and the summed
     smoothed loss and NLL (_smoothed_gradient into a new tensor)."""
@@ -135,7 +140,7 @@ def _smoothed_gradient(logits: Tensor, target: Tensor, label_smoothing: float, o
     bandwidth; here a chunk's passes stay in cache."""
     (R, V), n = logits.shape, target.numel()
     eps = label_smoothing
-    rows = max(1, min(n, CHUNK_BYTES // (4 * V)))
+    rows = _chunk_rows(n, V)
     scratch = logits.new_empty((rows, V), dtype=torch.float32)
     gold = logits.new_empty((n, 1), dtype=torch.float32)  # each target's log-probability
     mean = logits.new_empty((n,), dtype=torch.float32)  # each row's mean log-probability
@@ -231,7 +236,7 @@ class LabelSmoothedObjective(nn.Module):
         n = select.numel()
         both = torch.cat([select, select + tgt_in.numel()])  # (2N,) the second copy's positions follow the first's
         hidden = self.model.selected_states(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]), _rounded(both))
-        return RDropLoss.apply(self.model.logits(hidden), target, self.label_smoothing, self.rdrop)  # (rows, V) in
+        return RDropLoss.apply(self.model.logits(hidden), target, self.label_smoothing, self.rdrop)  # logits (rows, V)
 
 
 class RDropLoss(torch.autograd.Function):
@@ -255,7 +260,7 @@ class RDropLoss(torch.autograd.Function):
         grad[2 * n:] = 0  # the rounding's padding rows
         c, smooth = alpha / 4, label_smoothing / (2 * V)
         ce = nll = kl = logits.new_zeros((), dtype=torch.float32)
-        rows = max(1, min(n, CHUNK_BYTES // (4 * V)))
+        rows = _chunk_rows(n, V)
         for start in range(0, n, rows):
             end = min(start + rows, n)
             gold = target[start:end, None]  # (k, 1)

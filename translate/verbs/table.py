@@ -100,12 +100,14 @@ def by_seeds(table: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         groups.setdefault(json.dumps(setting, sort_keys=True, default=str), []).append(row)
     if all(len(group) == 1 for group in groups.values()):
         return table
-    return [_seeds_row(group) for group in groups.values()]
+    return [seeds_row(group) for group in groups.values()]
 
 
-def _seeds_row(group: List[Dict[str, Any]]) -> Dict[str, Any]:
+def seeds_row(group: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Rows of one setting's seeds as one: the seeds, n, and each measure's mean and sample
+    standard deviation (<measure>_std; None below 2 values)."""
     row = {key: value for key, value in group[0].items() if key not in (*MEASURES, "params")}  # the settings
-    row.update({"run": ", ".join(r["run"] for r in group), SEED: [r[SEED] for r in group], "n": len(group),
+    row.update({"run": ", ".join(r["run"] for r in group), SEED: [r.get(SEED) for r in group], "n": len(group),
                 "params": group[0]["params"]})
     if SCORINGS in row:
         row[SCORINGS] = [r[SCORINGS] for r in group]  # each seed's, as its seed
