@@ -6,7 +6,7 @@ the last validation's dev loss and greedy dev BLEU, and the dev BLEU at the alph
 chose (its beam, its averaged weights).
 
     .venv/bin/python scripts/dev_candidates.py /work/runs/seed8 /work/runs/cand-rdrop5-seed11
-    .venv/bin/python scripts/dev_candidates.py RUN... --output docs/figures/multi30k_dev_candidates_zen5.jsonl
+    .venv/bin/python scripts/dev_candidates.py RUN... --output docs/figures/multi30k_dev_candidates_zen5.jsonl --replace
 
 Lines: {"measurement": "dev_run", "label": the run folder's name, ...} for each run, then
 {"measurement": "dev_candidate", "setting": "train.rdrop=5.0" (the differing settings, or
@@ -25,6 +25,8 @@ from typing import Dict, List
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from translate.core.errors import TranslateError  # noqa: E402
+from translate.core.run_record import run_dirs  # noqa: E402
 from translate.verbs import table  # noqa: E402
 
 MEASURES = ("updates", "dev_loss", "dev_bleu", "tuned_dev_bleu", "tuned_alpha")
@@ -51,10 +53,16 @@ def lines(runs: List[Path]) -> List[Dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (the first: the baseline)")
+    parser.add_argument("runs", nargs="+", help="run folders (the first: the baseline); a multirun's folder for its jobs")
     parser.add_argument("--output", type=Path, help="also write the lines to this file")
+    parser.add_argument("--replace", action="store_true", help="write over an existing --output")
     args = parser.parse_args()
-    text = "".join(json.dumps(line) + "\n" for line in lines(args.runs))
+    if args.output and args.output.exists() and not args.replace:
+        sys.exit(f"dev_candidates.py: error: {args.output} exists (--replace writes over it)")
+    try:
+        text = "".join(json.dumps(line) + "\n" for line in lines(run_dirs(args.runs)))
+    except TranslateError as error:
+        sys.exit(f"dev_candidates.py: error: {error}")
     print(text, end="")
     if args.output:
         args.output.write_text(text, encoding="utf-8")

@@ -578,3 +578,17 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     assert candidate["n"] == 2 and candidate["seeds"] == [11, 12]
     assert candidate["tuned_dev_bleu"] == statistics.mean([42.8, 43.2])
     assert candidate["tuned_dev_bleu_sd"] == statistics.stdev([42.8, 43.2]) and lines[-2]["tuned_dev_bleu_sd"] is None
+
+
+def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_output(tmp_path):
+    """One line naming the problem and a non-zero exit; an existing --output stays as it was."""
+    script = str(ROOT / "scripts" / "dev_candidates.py")
+    result = run([sys.executable, script, str(tmp_path / "missing")], timeout=120)
+    assert result.returncode != 0 and result.stderr.strip().splitlines() == [
+        f"dev_candidates.py: error: {tmp_path / 'missing'} is not a run: it has no run_record.json "
+        "(translate train writes one), nor has any folder below it"]
+    output = tmp_path / "lines.jsonl"
+    output.write_text("kept\n")
+    result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
+    assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
+    assert output.read_text() == "kept\n"
