@@ -225,13 +225,14 @@ def bad_settings(payload):
 
 
 @pytest.mark.parametrize("damage, part", [
-    # make test-slow, to keep the default suite under 10 minutes: three of the six (the checks are one function's)
+    # make test-slow, to keep the default suite under 10 minutes: four of the six (the checks are one function's)
     pytest.param(damaged_vocabulary, "its vocabulary (the sentencepiece model) cannot be read", marks=pytest.mark.slow),
     (empty_vocabulary, "its vocabulary (the sentencepiece model) is empty"),
     pytest.param(wrong_shape, "weight embedding.weight is (5, 32), but its model settings need (608, 32)", marks=pytest.mark.slow),
     (missing_weight, "lacks the weight decoder_layers.0.src_attn.kv_proj.weight"),
     pytest.param(extra_weight, "holds a weight its model settings do not have: adapter.weight", marks=pytest.mark.slow),
-    (bad_settings, "its model settings (model_config) are not valid: d_model (32) must be divisible by heads (5)"),
+    pytest.param(bad_settings, "its model settings (model_config) are not valid: d_model (32) must be divisible by heads (5)",
+                 marks=pytest.mark.slow),
 ])
 def test_a_damaged_part_of_a_checkpoint_is_named_and_nothing_changes(tmp_path, trained_run, damage, part):
     payload = torch.load(run_dir_of(trained_run) / "checkpoint_last.pt", weights_only=True)

@@ -67,6 +67,7 @@ def test_bench_transformers_on_a_small_run(trained_run):
         assert all(a["bleu"] == b["bleu"] for a, b in zip(greedy[::2], greedy[1::2])), greedy
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: a benchmark's own test
 def test_bench_decode_process_on_a_small_run(trained_run):
     """A warm-up pair and one measured pair of whole processes, ours and CTranslate2's, each a
     JSON line with its own peak memory; then a summary per side and the ratio line."""
@@ -300,6 +301,7 @@ def test_fairseq_checkpoint_average_by_hand(tmp_path, monkeypatch):
     assert (saved / "average.pt").read_bytes() == b"made"
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: the tables from kept records: test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_records_give
 def test_results_tables_from_the_records_of_small_runs(tmp_path):
     """Two seeds of one small preset trained, decoded and scored by the CLI, one of them scored
     twice: the table's mean ± sd is that of the first scorings' literature scores as the records
@@ -397,6 +399,7 @@ def test_sweep_dev_choice_by_hand(monkeypatch, tmp_path, beam4, chosen_beam):
     assert result["dev_literature_bleu_tuned"] == 34.0
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: bleu's record of a scoring: test_run_record
 def test_score_multi30k_tests_records_each_scoring(tmp_path):
     """score_multi30k_tests.py scores through `translate bleu`: each of the three test sets'
     scoring is in the run's record with the checkpoint, beam and alpha decoded; run again, each
@@ -485,6 +488,7 @@ def test_fill_figures_takes_the_line_a_field_selects(tmp_path):
         fill_figures.fill("<!-- value r.jsonl t[split=dev] bleu -->?<!-- /value -->", tmp_path)
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: a benchmark's own test
 def test_chaos_save_stall_measures_both_ways_of_writing():
     """scripts/chaos.py --save-stall at a small size: the foreground and background figures of
     docs/reliability.md, each a positive number of seconds, and the files it wrote gone."""

@@ -42,6 +42,7 @@ if "TRANSLATE_PROBE" in os.environ:
 """
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: torchrun's ranks: test_distributed; a sweep's run_dirs: the tests above
 def test_sweep_under_torchrun_gives_each_job_its_run_dir_and_leaves_nothing_behind(tmp_path, cache):
     """Two jobs, one after the other in the same two torchrun processes (the basic launcher):
     each job joins a new process group and tears it down, with its writer and signal handlers.

@@ -108,6 +108,7 @@ def test_damaged_tuned_settings_are_one_line(tmp_path):
         Checkpoint.load(tmp_path / "checkpoint_last.pt").generation()
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: the tuned alpha read with its weights: test_tune_records_the_best_alpha_and_decode_uses_it
 def test_export_and_plot_use_the_alpha_tuned_for_the_checkpoint_they_read(trained_run, tmp_path):
     """Two checkpoints tuned to different alphas: exporting and plotting the one decode would not
     choose (export.checkpoint, plot.checkpoint) carries its own alpha, not that of the one decode

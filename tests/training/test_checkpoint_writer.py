@@ -77,6 +77,7 @@ def test_the_order_of_the_steps_and_a_failed_write_raised_on_the_main_thread(tmp
     writer.wait()  # raised once, then nothing is pending
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: the write itself: the tests above
 def test_a_training_run_writes_the_same_checkpoints_either_way(tmp_path):
     """The same run with the background write and without: every checkpoint the same (the
     config names its own run_dir, so compared as data), the run record at the last one."""

@@ -104,6 +104,7 @@ def test_two_nodes_on_loopback_write_one_checkpoint(tmp_path):
 FAIL_ON_RANK_1 = in_update(2, "raise RuntimeError('injected failure on rank 1')", rank=1)
 
 
+@pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: a rank that dies ends the job: test_watchdog
 def test_a_failing_rank_ends_the_job(tmp_path):
     """Rank 1's error is its own line, and rank 0 names it at once (the watchdog's beats carry
     it) instead of waiting in its collective until torchrun's grace period ends it."""

@@ -148,7 +148,7 @@ def test_a_linear_decay_under_a_time_limit_ends_where_the_limit_is_projected(tmp
     line to that update, and training stops there (or at the limit, if the pace slowed). The
     end is saved: the same command again has nothing to do."""
     need(MULTI30K)
-    command = [*FEW[:-2], "train.max_steps=1000000", "train.log_every=1", "train.max_minutes=0.2",
+    command = [*FEW[:-2], "train.max_steps=1000000", "train.log_every=1", "train.max_minutes=0.1",
                "optim.warmup_steps=2", "optim.decay=linear", "valid.every_steps=0", f"run_dir={tmp_path}/run"]
     result = run_cli("train", *command)
     assert result.returncode == 0, result.stderr[-2000:]
