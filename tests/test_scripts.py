@@ -596,3 +596,13 @@ def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_outpu
     result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
     assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
     assert output.read_text() == "kept\n"
+
+
+def test_bench_make_test_reads_pytests_summary_line():
+    """bench_make_test.py's counts and seconds are pytest's last summary line's; no line, None."""
+    bench = script_module("bench_make_test")
+    output = "....\n= 3 failed, 475 passed, 2 skipped in 552.09s (0:09:12) =\n"
+    assert bench.summary("collecting\n475 passed in 1.5s\n" + output) == \
+        {"failed": 3, "passed": 475, "skipped": 2, "seconds": 552.09}
+    assert bench.summary("475 passed in 552.09s (0:09:12)") == {"passed": 475, "seconds": 552.09}
+    assert bench.summary("make: *** [test] Error 2") is None
