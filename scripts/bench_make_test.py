@@ -46,17 +46,23 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also append the line to this file")
     args = parser.parse_args()
     shared = (args.tree / ".." / "shared").resolve()
+    measured = commit(args.tree)  # HEAD as cloned: a commit made while the suite runs is not the one measured
     with tempfile.TemporaryDirectory(prefix="make-test-") as folder:
         clone = Path(folder) / "p"
         subprocess.run(["git", "clone", "-q", str(args.tree), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", measured], check=True)
         (Path(folder) / "shared").symlink_to(shared)
         env = {**os.environ, "HF_HOME": str(Path(folder) / "hf")}
         started = time.monotonic()
-        subprocess.run(["make", "install"], cwd=clone, env=env, check=True, capture_output=True)
+        install = subprocess.run(["make", "install"], cwd=clone, env=env, capture_output=True, text=True)
         installed = time.monotonic() - started
+        if install.returncode != 0:
+            said = [line for line in (install.stdout + install.stderr).splitlines() if line.strip() and not line.startswith("make")]
+            last = (said or ["(no output)"])[-1]  # pip's last words, not make's "Error 1"
+            sys.exit(f"bench_make_test: make install failed ({install.returncode}): {last}")
         tested = subprocess.run(["make", "test"], cwd=clone, env=env, capture_output=True, text=True)
         counts = summary(tested.stdout + tested.stderr)
-    line = {"measurement": "make_test", "commit": commit(args.tree), "machine": machine(),
+    line = {"measurement": "make_test", "commit": measured, "machine": machine(),
             "install_seconds": round(installed, 1), "returncode": tested.returncode, **(counts or {})}
     text = json.dumps(line)
     print(text)

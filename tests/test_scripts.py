@@ -4,6 +4,7 @@ torchrun launches the train verb; the benchmarks that need only a small run run 
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -606,3 +607,15 @@ def test_bench_make_test_reads_pytests_summary_line():
         {"failed": 3, "passed": 475, "skipped": 2, "seconds": 552.09}
     assert bench.summary("475 passed in 552.09s (0:09:12)") == {"passed": 475, "seconds": 552.09}
     assert bench.summary("make: *** [test] Error 2") is None
+
+
+def test_bench_make_test_names_a_failed_install_in_one_line(tmp_path):
+    """A tree whose `make install` fails: one line naming it and its last words, a non-zero exit, no JSON line."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "Makefile").write_text("install:\n\t@echo no wheel for you >&2; false\n", encoding="utf-8")
+    for command in (["init", "-q"], ["add", "Makefile"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"]):
+        subprocess.run(["git", "-C", str(tree), *command], check=True)
+    result = run([sys.executable, str(ROOT / "scripts" / "bench_make_test.py"), "--tree", str(tree)], timeout=120)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == ["bench_make_test: make install failed (2): no wheel for you"], result.stderr
