@@ -17,7 +17,8 @@ PLACES = {("run_dir",), ("data", "path"), ("data", "cache_dir"),  # where files 
           ("checkpoint", "background")}  # how they are written (the same bytes: test_checkpoint_writer)
 # Settings added after a freeze, at the value that trains as before (checked by their own tests):
 # a snapshot without them still holds.
-ADDED_OFF = {("train", "rdrop"): 0.0}  # R-Drop off: the plain objective (test_loss.py)
+ADDED_OFF = {("train", "rdrop"): 0.0,  # R-Drop off: the plain objective (test_loss.py)
+             ("optim", "warmup_ratio"): None}  # the whole warmup, as before (test_schedule.py)
 
 
 def settings(preset: str) -> dict:

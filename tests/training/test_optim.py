@@ -27,3 +27,14 @@ def test_optimizer_follows_the_schedule_update_by_update():
         for net, opt in ((model, optimizer), (reference, plain)):
             opt.zero_grad()
         assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
+
+
+def test_optim_warmup_ratio_reaches_the_schedule():
+    """optim.warmup_ratio and optim.decay from the configuration: 30 updates at ratio 0.2 end a
+    10-update warmup at update 6, and decay linearly from the rate reached there."""
+    from translate.core.choices import Decay
+
+    _, schedule = build_optimizer(torch.nn.Linear(2, 2), OptimConfig(warmup_steps=10, warmup_ratio=0.2, decay=Decay.linear),
+                                  d_model=512, last_update=30)
+    assert schedule.warmup == 6 and schedule.rate_at(6) == noam(6, 512, 10)
+    assert schedule.rate_at(7) == noam(6, 512, 10) * 24 / 25  # (30 + 1 - 7) / (30 + 1 - 6)

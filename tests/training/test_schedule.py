@@ -130,6 +130,47 @@ def test_a_linear_decay_ended_at_a_projected_update_is_the_line_to_that_update()
     assert paper.last_update == 1000 and not paper.projected
 
 
+def test_a_warmup_ratio_stops_the_ramp_at_its_share_of_the_run_and_decays_from_the_rate_reached():
+    """warmup_ratio 0.25 of 12 updates, warmup_steps 10 (d_model 128, lr_scale 2): the ramp of
+    warmup_steps (the paper's rates exactly) up to update 3, then the line from 3's rate to zero
+    one past update 12, or n^-0.5 from it; a run of 40 updates or more keeps the whole warmup."""
+    scale = 2 / math.sqrt(128)
+    for decay in Decay:
+        cut = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=12, decay=decay, warmup_ratio=0.25)
+        assert cut.warmup == 3
+        for n in (1, 2, 3):
+            assert cut.rate_at(n) == noam(n, 128, 10, 2.0)
+        reached = scale * 3 / 10**1.5
+        after = {4: reached * 9 / 10, 12: reached / 10, 13: 0.0} if decay == Decay.linear else {4: reached * (3 / 4) ** 0.5}
+        assert {n: cut.rate_at(n) for n in after} == pytest.approx(after)
+        whole = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=40, decay=decay, warmup_ratio=0.25)
+        plain = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=40, decay=decay)
+        assert whole.warmup == 10 and all(whole.rate_at(n) == plain.rate_at(n) for n in range(1, 45))
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        LearningRateSchedule(128, 10, warmup_ratio=1.5)
+
+
+def test_a_warmup_cut_by_a_projection_keeps_the_rates_used_and_is_in_the_state():
+    """cut_warmup(12, 2) after update 2 of a run built for 1,000 updates: the rates already used were
+    the ramp's, and from update 3 on every rate is that of a run built for 12 with the same
+    ratio. The cut warmup is saved: a resume keeps it."""
+    projected = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=1000, decay=Decay.linear, warmup_ratio=0.25)
+    built = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=12, decay=Decay.linear, warmup_ratio=0.25)
+    for n in (1, 2):
+        assert projected.rate().item() == built.rate_at(n)
+        projected.step()
+    assert projected.cut_warmup(12, 2) == 3
+    projected.end_at(12)
+    for n in range(3, 14):
+        assert projected.rate().item() == built.rate_at(n)
+        projected.step()
+    state = projected.state_dict()
+    assert state["warmup"] == 3 and state["warmup_cut"] is True
+    resumed = LearningRateSchedule(128, 10, lr_scale=2.0, last_update=1000, decay=Decay.linear, warmup_ratio=0.25)
+    resumed.load_state_dict({**state, "applied": 6})
+    assert resumed.warmup == 3 and resumed.rate().item() == built.rate_at(7)
+
+
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes: the line's rates by hand and by fairseq's formula: above
 def test_a_run_with_linear_decay_applies_the_lines_rates(tmp_path):
     """`translate train optim.decay=linear`: each update's logged rate is the hand-computed
@@ -164,6 +205,30 @@ def test_a_linear_decay_under_a_time_limit_ends_where_the_limit_is_projected(tmp
     if max(rates) == end:  # stopped by the projection, not the limit
         again = run_cli("train", *command)
         assert again.returncode == 0 and f"already has {end} updates (its last: {end})" in again.stderr + again.stdout
+
+
+@pytest.mark.slow  # make test-slow: the cut and its rates by hand above, the projection in test_time_limit.py
+def test_a_warmup_ratio_under_a_time_limit_ends_the_warmup_at_its_share_of_the_projected_run(tmp_path):
+    """`translate train optim.warmup_ratio=0.25 optim.warmup_steps=10^6 train.max_minutes=M`: a
+    warmup the run cannot finish is cut, from the first 50 updates' pace, at a quarter of the
+    update projected; each logged rate before it is the paper's ramp, and after it the line from
+    the rate reached to the decay's end, projected there."""
+    need(MULTI30K)
+    command = [*FEW[:-2], "train.max_steps=1000000", "train.log_every=1", "train.max_minutes=0.25",
+               "optim.warmup_steps=1000000", "optim.warmup_ratio=0.25", "optim.decay=linear", "valid.every_steps=0",
+               f"run_dir={tmp_path}/run"]
+    result = run_cli("train", *command)
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stderr + result.stdout
+    warmup = int(re.search(r"optim.warmup_ratio=0.25: .*? the warmup ends at update (\d+)", log).group(1))
+    end = int(re.search(r"optim.decay=linear: the time limit is projected to end the run at update (\d+)", log).group(1))
+    rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", log)}
+    assert 50 <= warmup < end and max(rates) > warmup
+    reached = noam(warmup, 32, 1000000)
+    assert rates == pytest.approx({n: noam(n, 32, 1000000) if n <= warmup else reached * (end + 1 - n) / (end + 1 - warmup)
+                                   for n in rates}, rel=1e-2)
+    state = torch.load(tmp_path / "run" / "checkpoint_last.pt", weights_only=False)["scheduler"]
+    assert state["warmup"] == warmup and state["warmup_cut"] and state["updates"] == end
 
 
 def test_a_run_bounded_by_minutes_alone_starts_at_once_and_keeps_exact_rates():

@@ -52,7 +52,7 @@ def test_no_limit_never_ends_the_run_nor_the_line(clock):
     limit.count(6)
     clock[0] = 10.0**9
     assert not limit.reached() and limit.projected_end(7, last_update=80) == 80
-    assert not limit.ends_schedule(LearningRateSchedule(64, 2, last_update=80, decay=Decay.linear), 7)
+    assert not limit.projects(LearningRateSchedule(64, 2, last_update=80, decay=Decay.linear), 7)
 
 
 def test_a_linear_decay_ends_where_the_limit_is_projected_once_warmed_up(clock):
@@ -63,7 +63,32 @@ def test_a_linear_decay_ends_where_the_limit_is_projected_once_warmed_up(clock):
     clock[0] = 1.0
     limit.count(1)
     clock[0] = 4.0  # 3 updates in 3 s: 96 more by the limit
-    assert not limit.ends_schedule(schedule, 3) and limit.ends_schedule(schedule, 4)
-    assert limit.end_schedule(schedule, 4, Context()) == 4 + 96
-    assert schedule.last_update == 100 and schedule.projected and not limit.ends_schedule(schedule, 5)
-    assert not limit.ends_schedule(LearningRateSchedule(64, 4, last_update=10**6), 4)
+    assert not limit.projects(schedule, 3) and limit.projects(schedule, 4)
+    assert limit.project(schedule, 4, Context()) == 4 + 96
+    assert schedule.last_update == 100 and schedule.projected and not limit.projects(schedule, 5)
+    assert not limit.projects(LearningRateSchedule(64, 4, last_update=10**6), 4)
+
+
+def test_a_warmup_ratio_ends_the_warmup_at_its_share_of_the_projected_run(clock):
+    """optim.warmup_ratio under a time limit: once the first updates give a pace (5 of a 10-update
+    warmup), the warmup ends at the ratio of the projected end, once; then, at that end, the
+    linear decay's end is projected as without a ratio. A run long enough for the whole warmup
+    keeps it."""
+    limit = TimeLimit(13 / 60, first_update=0)  # 13 s
+    schedule = LearningRateSchedule(64, 10, last_update=10**6, decay=Decay.linear, warmup_ratio=0.25)
+    assert schedule.warmup == 10  # train.max_steps far away: the whole warmup so far
+    clock[0] = 1.0
+    limit.count(1)
+    clock[0] = 5.0  # 4 updates in 4 s: 8 more by the limit
+    assert not limit.projects(schedule, 4) and limit.projects(schedule, 5)
+    assert limit.project(schedule, 5, Context()) == 5 + 8
+    assert schedule.warmup == 5 and schedule.warmup_cut and schedule.last_update == 10**6  # round(0.25 * 13) = 3: not before now
+    assert not schedule.cuttable(5) and limit.projects(schedule, 5)  # the warmup's end: the line's end is due
+    limit.project(schedule, 5, Context())
+    assert schedule.projected and schedule.last_update == 13
+    long_run = LearningRateSchedule(64, 10, last_update=10**6, decay=Decay.linear, warmup_ratio=0.25)
+    clock[0] = 1.0 + 4 * 0.01  # 4 updates in 0.04 s: far more than 40 updates by the limit
+    limit.project(long_run, 5, Context())
+    assert long_run.warmup == 10 and long_run.warmup_cut
+    assert not TimeLimit(None, first_update=0).projects(
+        LearningRateSchedule(64, 10, last_update=10**6, warmup_ratio=0.25), 5)  # no limit: train.max_steps alone

@@ -124,6 +124,10 @@ class OptimConfig:
     # After the warmup: the paper's step^-0.5, or linear to zero at train.max_steps, or under
     # train.max_minutes at the update the time limit is projected (at the warmup's end) to reach.
     decay: Decay = Decay.inverse_sqrt
+    # At most this share of the run's updates warms up (train.max_steps, or the update train.max_minutes
+    # is projected to reach from the first 50 updates' pace): a run too short for warmup_steps (a slow
+    # CPU's hour) stops on the same ramp at that share, at a lower peak, and decays from there. None: off.
+    warmup_ratio: Optional[float] = None
     clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
 
 

@@ -1,11 +1,13 @@
 """The learning-rate schedule: the paper's (section 5.3: linear warmup, then inverse square root
 decay), or the same warmup and peak, then a linear fall to zero at the last update
 (train.max_steps, or the update a time limit is projected to reach: end_at, which
-translate.training.time_limit calls)."""
+translate.training.time_limit calls). With optim.warmup_ratio, a run too short for the whole
+warmup stops warming up at that share of its updates (cut_warmup), at the rate reached, and decays
+from there."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import Tensor
@@ -19,6 +21,11 @@ class LearningRateSchedule:
     (last_update + 1 - warmup_steps): a run whose length is known ends its rate near zero, where the
     paper's keeps most of its peak (a budget of 4,000 updates after 2,000 of warmup: 71%).
 
+    With warmup_ratio, the warmup lasts at most that share of the last update: a run that will
+    not reach warmup_steps (a slow CPU's hour) climbs the same ramp, stops at the rate reached
+    there (a lower peak, never a steeper ramp: a short warmup to the full peak diverged, see
+    docs/results.md "What did not help") and decays from it, so that it still anneals.
+
     It counts the updates applied so far in a device scalar, so that an update dropped on the
     device (a non-finite gradient, found without the host reading anything) leaves the count,
     and so the rate of the next update, where they were. The rate is a device scalar too, for
@@ -31,31 +38,64 @@ class LearningRateSchedule:
     CHUNK = 100_000  # rows of the table computed at a time
 
     def __init__(self, d_model: int, warmup_steps: int, *, lr_scale: float = 1.0, last_update: int = 100000,
-                 device: torch.device = torch.device("cpu"), decay: Decay = Decay.inverse_sqrt):
+                 device: torch.device = torch.device("cpu"), decay: Decay = Decay.inverse_sqrt,
+                 warmup_ratio: Optional[float] = None):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps ({warmup_steps}) must be at least 1")
+        if warmup_ratio is not None and not 0 < warmup_ratio <= 1:
+            raise ValueError(f"warmup_ratio ({warmup_ratio}) must be in (0, 1]")
         self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
         self.decay = Decay(decay)
         self.last_update = last_update  # the last update planned (train.max_steps, or end_at's)
         self.projected = False  # whether last_update is a time limit's projection (end_at), not train.max_steps
+        self.warmup_ratio = warmup_ratio
+        self.warmup_cut = False  # whether a time limit's projection has set self.warmup (cut_warmup)
         # CUDA's fused Adam reads a float32 rate; elsewhere float64 is the Python float exactly.
         self.dtype, self.device = (torch.float32 if device.type == "cuda" else torch.float64), device
         self.applied = torch.zeros(1, dtype=torch.long, device=device)  # (1,) updates applied so far
         self.counted = 0  # steps counted on the host: never fewer than the applied updates
+        # Where the warmup ends: warmup_steps, or earlier, at warmup_ratio of train.max_steps (and
+        # again, under a time limit, of the update it is projected to reach: cut_warmup).
+        self.warmup = warmup_steps if warmup_ratio is None else self._cut(last_update)
         self._start_table(0)
 
     def rate_at(self, n: int) -> float:
         """The learning rate of update n."""
         n = max(n, 1)
+        scale = self.lr_scale * self.d_model**-0.5
+        if self.warmup < self.warmup_steps and n > self.warmup:  # a cut warmup: decay from the rate reached
+            peak = scale * self.warmup * self.warmup_steps**-1.5
+            if self.decay == Decay.linear:
+                return peak * max(self.last_update + 1 - n, 0) / max(self.last_update + 1 - self.warmup, 1)
+            return peak * (self.warmup / n) ** 0.5
         if self.decay == Decay.linear and n > self.warmup_steps:
-            peak = self.lr_scale * self.d_model**-0.5 * self.warmup_steps**-0.5
+            peak = scale * self.warmup_steps**-0.5
             return peak * max(self.last_update + 1 - n, 0) / max(self.last_update + 1 - self.warmup_steps, 1)
-        return self.lr_scale * self.d_model**-0.5 * min(n**-0.5, n * self.warmup_steps**-1.5)
+        return scale * min(n**-0.5, n * self.warmup_steps**-1.5)
+
+    def _cut(self, last_update: int, updates: int = 0) -> int:
+        """Where the warmup ends for a run whose last update is `last_update`: warmup_ratio of it,
+        if that comes before warmup_steps, and not before the `updates` made (nor those counted)."""
+        assert self.warmup_ratio is not None
+        return min(self.warmup_steps, max(round(self.warmup_ratio * last_update), updates, self.counted, 1))
 
     def open_ended(self, updates: int) -> bool:
         """Whether, after `updates`, a time limit may set where the line ends (end_at): a linear
         decay not ended so yet, at the warmup's end, whose rates do not depend on the end."""
-        return self.decay == Decay.linear and not self.projected and updates >= self.warmup_steps
+        return self.decay == Decay.linear and not self.projected and updates >= self.warmup
+
+    def cuttable(self, updates: int) -> bool:
+        """Whether, after `updates`, a time limit may set where the warmup ends (cut_warmup): a
+        warmup_ratio, not applied to a projection yet, and the warmup not over. The ramp's rates
+        do not depend on where it stops, so no rate already used changes."""
+        return self.warmup_ratio is not None and not self.warmup_cut and updates < self.warmup
+
+    def cut_warmup(self, last_update: int, updates: int) -> int:
+        """End the warmup at warmup_ratio of `last_update` (the update a time limit is projected to
+        reach), or after `updates` (those made) if that is later. Returns where it ends."""
+        self.warmup, self.warmup_cut = min(self.warmup, self._cut(last_update, updates)), True
+        self._start_table(min(max(self.counted - 16, 0), self.last_update))
+        return self.warmup
 
     def end_at(self, last_update: int) -> None:
         """End the linear decay at `last_update` instead (the update a time limit is projected
@@ -102,7 +142,7 @@ class LearningRateSchedule:
         update is saved as "updates"."""
         return {"applied": int(self.applied.item()), "d_model": self.d_model, "warmup_steps": self.warmup_steps,
                 "lr_scale": self.lr_scale, "decay": str(self.decay), "updates": self.last_update,
-                "projected": self.projected}
+                "projected": self.projected, "warmup": self.warmup, "warmup_cut": self.warmup_cut}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Our own state, or that of the LambdaLR that checkpoints written before this class
@@ -111,5 +151,7 @@ class LearningRateSchedule:
         self.applied.fill_(self.counted)
         if state.get("projected") and self.decay == Decay.linear:  # the end the saved run projected stays
             self.last_update, self.projected = min(int(state["updates"]), self.last_update), True
+        if self.warmup_ratio is not None and state.get("warmup_cut"):  # where the saved run's warmup ended stays
+            self.warmup, self.warmup_cut = min(int(state["warmup"]), self.warmup), True
         self._start_table(min(max(self.counted - 16, 0), self.last_update))  # a few steps back too (step_back); within the table
 

@@ -1,6 +1,7 @@
 """train.max_minutes: when the run stops (its deadline), the pace of its updates, and the update
-the limit is projected to reach at that pace: the progress bar's end, and where a linear decay
-ends (optim.decay=linear), projected once, at the warmup's end."""
+the limit is projected to reach at that pace: the progress bar's end, where a linear decay ends
+(optim.decay=linear), projected once, at the warmup's end, and where optim.warmup_ratio ends the
+warmup, projected once, from the first updates' pace."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ class TimeLimit:
     """The deadline of train.max_minutes (none: inf) and this run's pace: measured from its first
     update counted, so that start-up (memory, kernels, compilation) does not slow it, and from
     the run's start until a later update is counted."""
+
+    WARMUP_PACE = 50  # updates whose pace projects where optim.warmup_ratio ends the warmup (fewer for a shorter warmup)
 
     def __init__(self, minutes: Optional[float], *, first_update: int):
         self.started = time.monotonic()
@@ -48,18 +51,24 @@ class TimeLimit:
         return projected_end(step=updates, first_step=first, max_steps=last_update, elapsed=now - since,
                              remaining=self.deadline - now)
 
-    def ends_schedule(self, schedule: LearningRateSchedule, updates: int) -> bool:
-        """Whether, after `updates`, the time limit is due to set where the schedule's linear
-        decay ends (end_schedule)."""
-        return self.deadline < math.inf and schedule.open_ended(updates)
+    def projects(self, schedule: LearningRateSchedule, updates: int) -> bool:
+        """Whether, after `updates`, the time limit is due to set where the schedule's warmup ends
+        (optim.warmup_ratio, once the first updates give a pace) or its linear decay (project)."""
+        return self.deadline < math.inf and (schedule.open_ended(updates) or (
+            schedule.cuttable(updates) and updates >= min(self.WARMUP_PACE, max(schedule.warmup_steps // 2, 2))))
 
-    def end_schedule(self, schedule: LearningRateSchedule, updates: int, context: distributed.Context) -> int:
-        """End the schedule's linear decay at the update the time limit is projected to reach
-        (the main process's projection, on every process), or at its current end if earlier.
-        Returns the end."""
+    def project(self, schedule: LearningRateSchedule, updates: int, context: distributed.Context) -> int:
+        """End the schedule's warmup at optim.warmup_ratio of the update the time limit is projected
+        to reach, or its linear decay there (or at its current end if earlier), whichever is due:
+        the main process's projection, on every process. Returns the projected end."""
         first = self.pace(updates)[0]
         end = max(int(distributed.from_main(self.projected_end(updates, last_update=schedule.last_update), context)),
                   updates)
+        if schedule.cuttable(updates):
+            warmup = schedule.cut_warmup(end, updates)
+            log.info(f"optim.warmup_ratio={schedule.warmup_ratio}: the time limit is projected to end the run at update "
+                     f"{end} (the pace of updates {first + 1}-{updates}); the warmup ends at update {warmup}")
+            return end
         schedule.end_at(end)
         log.info(f"optim.decay=linear: the time limit is projected to end the run at update {end} (the pace of "
                  f"updates {first + 1}-{updates}); the rate falls to zero there, and training stops there")

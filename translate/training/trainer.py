@@ -195,8 +195,8 @@ class Trainer:
             self.settle(keep=1)  # the previous update, while the device works on this one
             if not self.boundary(state.updates + 1) or not self.settle():
                 continue
-            if state.time_limit.ends_schedule(learner.schedule, state.updates):  # optim.decay=linear: where it ends
-                state.time_limit.end_schedule(learner.schedule, state.updates, self.context)
+            if state.time_limit.projects(learner.schedule, state.updates):  # where the warmup or a linear decay ends
+                state.time_limit.project(learner.schedule, state.updates, self.context)
             if _every(state.updates, cfg.train.log_every) or state.updates == learner.schedule.last_update:
                 self.monitor.log(state.updates, state.lr, state.grad_norm, state.skipped)
             # Validate before saving, so that the checkpoint holds this validation's result.
@@ -255,7 +255,7 @@ class Trainer:
         """Whether something happens after update n (so that it must be read at once)."""
         cfg, schedule = self.cfg, self.learner.schedule
         return (n >= schedule.last_update or _every(n, cfg.train.log_every) or _every(n, cfg.valid.every_steps)
-                or self.save_due(n) or self.state.time_limit.ends_schedule(schedule, n))
+                or self.save_due(n) or self.state.time_limit.projects(schedule, n))
 
     # The boundaries.
 
