@@ -74,9 +74,10 @@ def machine() -> str:
     return f"{cpu}, {precision.isa()}, {bf16}, {os.cpu_count()} CPUs"
 
 
-def commit(tree: Path = ROOT) -> str:
-    """The short commit the figures were measured at ("unknown" outside a git checkout)."""
-    found = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+def commit(tree: Path = ROOT, revision: str = "HEAD") -> str:
+    """The short commit the figures were measured at: `revision` of the checkout `tree` ("unknown"
+    outside a git checkout). The one lookup the scripts share."""
+    found = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", revision], capture_output=True, text=True)
     return found.stdout.strip() or "unknown"
 
 

@@ -189,8 +189,7 @@ def main() -> None:
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
                        capture_output=True)
         try:
-            commits = [subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True)
-                       .stdout.strip() for rev in (args.base, "HEAD")]
+            commits = [bench_fairseq.commit(ROOT, revision) for revision in (args.base, "HEAD")]
             dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                         capture_output=True, text=True).stdout.strip())
             emit(measurement="trees", base=args.base, base_commit=commits[0], this=str(ROOT), this_commit=commits[1],

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, emit, threads_env, timed_overrides, train_overrides
+from bench_fairseq import ANCHOR, NOT_BUILT, ROOT, anchor_built, commit, emit, threads_env, timed_overrides, train_overrides
 
 SCRIPTS = Path(__file__).resolve().parent
 FIRST, LAST = 11, 30  # the profiled updates; the first 10 are left out, as in bench_fairseq
@@ -169,8 +169,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         theirs = None if args.preset else fairseq(args.model, args.threads, Path(folder))
         mine = ours(args.model, args.threads, Path(folder), args.preset, args.by_shape, args.first, args.tree.resolve())
-    commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=args.tree, text=True).strip()
-    sides = {"ours": summary("ours", model, mine, commit=commit, first_update=args.first)}
+    sides = {"ours": summary("ours", model, mine, commit=commit(args.tree), first_update=args.first)}
     if theirs is not None:
         sides["fairseq"] = summary("fairseq", args.model, theirs)
     elif not args.preset:  # with a preset, ours alone: fairseq has no such preset
