@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from translate.core.errors import TranslateError  # noqa: E402
+from translate.core import run_record  # noqa: E402
 from translate.core.run_record import run_dirs  # noqa: E402
 from translate.verbs import table  # noqa: E402
 
@@ -39,9 +40,10 @@ def lines(runs: List[Path]) -> List[Dict]:
     for row in rows:
         differing = {key: row[key] for key in settings}
         label = " ".join(f"{key}={value}" for key, value in differing.items() if value != rows[0][key]) or "baseline"
+        seed = row.get(table.SEED, _seed(Path(row["run"])))  # a table row names the seed only where seeds differ
         out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
-                    "seed": row.get(table.SEED), **differing, **{m: row.get(m) for m in MEASURES}})
-        groups.setdefault(label, []).append(row)
+                    "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}})
+        groups.setdefault(label, []).append({**row, table.SEED: seed})
     for label, group in groups.items():
         seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
         summary = {"measurement": "dev_candidate", "setting": label, "n": seeds["n"], "seeds": seeds[table.SEED]}
@@ -49,6 +51,11 @@ def lines(runs: List[Path]) -> List[Dict]:
             summary[measure], summary[f"{measure}_sd"] = seeds.get(measure), seeds.get(f"{measure}_std")
         out.append(summary)
     return out
+
+
+def _seed(run: Path):
+    """train.seed as the run's record holds it (None where it holds none)."""
+    return ((run_record.load(run).get("settings") or {}).get("train") or {}).get("seed")
 
 
 def main() -> None:

@@ -583,6 +583,10 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     assert candidate["n"] == 2 and candidate["seeds"] == [11, 12]
     assert candidate["tuned_dev_bleu"] == statistics.mean([42.8, 43.2])
     assert candidate["tuned_dev_bleu_sd"] == statistics.stdev([42.8, 43.2]) and lines[-2]["tuned_dev_bleu_sd"] is None
+    # A paired comparison, one seed for both: translate table leaves out a setting that does not
+    # differ, but each line still names the seed, from the record.
+    paired = dev_candidates.lines([recorded("base-13", 13, 0.0, 33.5), recorded("rd-13", 13, 5.0, 32.5)])
+    assert [line["seed"] for line in paired[:2]] == [13, 13] and [line["seeds"] for line in paired[2:]] == [[13], [13]]
 
 
 def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_output(tmp_path):
