@@ -16,14 +16,14 @@ def test_run_record_and_model_card(foreign_run, tmp_path):
     run_cli("decode", *foreign_run, "decode.beam_size=1", check=True)
     run_cli("bleu", *foreign_run, check=True)
     record = RunRecord.load(run_dir_of(foreign_run))
-    assert record.training.updates == 700 and record.training.model_flops > 0
+    assert record.training.updates == 250 and record.training.model_flops > 0
     assert record.data.train_pairs_kept == 1014 and record.data.vocabulary.specials["pad"] == 600
     assert record.commands[0].startswith("translate train config=tiny")
     [score] = record.scores
     assert score.hyp == "decode/test.de" and "version:2.6.0" in score.scores["sacrebleu"]["signature"]
     run_cli("export", *foreign_run, "export.format=transformers", f"export.output={tmp_path / 'hf'}", check=True)
     card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
-    for fragment in ("language: [en, de]", "1,014 training pairs after cleaning", "601 ids", "700 updates",
+    for fragment in ("language: [en, de]", "1,014 training pairs after cleaning", "601 ids", "250 updates",
                      f"sacreBLEU {score.sacrebleu:.2f}", score.scores["sacrebleu"]["signature"],
                      record.commands[0], "translate decode config=tiny", f"{record.model.parameters:,} parameters"):
         assert fragment in card, fragment
