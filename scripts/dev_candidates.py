@@ -40,7 +40,8 @@ def lines(runs: List[Path]) -> List[Dict]:
     for row in rows:
         differing = {key: row[key] for key in settings}
         label = " ".join(f"{key}={value}" for key, value in differing.items() if value != rows[0][key]) or "baseline"
-        seed = row.get(table.SEED, _seed(Path(row["run"])))  # a table row names the seed only where seeds differ
+        # A table row names the seed only where seeds differ; else it is read from the record.
+        seed = row[table.SEED] if table.SEED in row else _seed(Path(row["run"]))
         out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
                     "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}})
         groups.setdefault(label, []).append({**row, table.SEED: seed})

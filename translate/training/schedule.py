@@ -94,7 +94,7 @@ class LearningRateSchedule:
         """End the warmup at warmup_ratio of `last_update` (the update a time limit is projected to
         reach), or after `updates` (those made) if that is later. Returns where it ends."""
         self.warmup, self.warmup_cut = min(self.warmup, self._cut(last_update, updates)), True
-        self._start_table(min(max(self.counted - 16, 0), self.last_update))
+        self._restart_table()
         return self.warmup
 
     def end_at(self, last_update: int) -> None:
@@ -102,6 +102,11 @@ class LearningRateSchedule:
         to reach). Called at the end of the warmup, whose rates do not depend on the end: no rate
         already used changes."""
         self.last_update, self.projected = last_update, True
+        self._restart_table()
+
+    def _restart_table(self) -> None:
+        """The table again from a few steps before the counted ones (step_back may go back to
+        them), within the table: after the end or the warmup changed, or a state was loaded."""
         self._start_table(min(max(self.counted - 16, 0), self.last_update))
 
     def _start_table(self, base: int) -> None:
@@ -153,5 +158,5 @@ class LearningRateSchedule:
             self.last_update, self.projected = min(int(state["updates"]), self.last_update), True
         if self.warmup_ratio is not None and state.get("warmup_cut"):  # where the saved run's warmup ended stays
             self.warmup, self.warmup_cut = min(int(state["warmup"]), self.warmup), True
-        self._start_table(min(max(self.counted - 16, 0), self.last_update))  # a few steps back too (step_back); within the table
+        self._restart_table()
 
