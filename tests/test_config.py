@@ -63,6 +63,7 @@ def test_command_line_overrides_win_over_presets(compose):
         ("model.d_model=abc", "model.d_model"),
         ("config=nope", "config/nope"),
         ("model.d_model=100", "d_model (100) must be divisible by heads (8)"),
+        ("optim.warmup_ratio=1.5", "optim.warmup_ratio (1.5) must be in (0, 1], or null"),
     ],
 )
 def test_bad_configuration_is_one_line(override, expected):

@@ -130,6 +130,10 @@ class OptimConfig:
     warmup_ratio: Optional[float] = None
     clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
 
+    def __post_init__(self) -> None:
+        if self.warmup_ratio is not None and not 0 < self.warmup_ratio <= 1:
+            raise ValueError(f"optim.warmup_ratio ({self.warmup_ratio}) must be in (0, 1], or null")
+
 
 @dataclass
 class TrainConfig:
