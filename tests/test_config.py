@@ -64,6 +64,7 @@ def test_command_line_overrides_win_over_presets(compose):
         ("config=nope", "config/nope"),
         ("model.d_model=100", "d_model (100) must be divisible by heads (8)"),
         ("optim.warmup_ratio=1.5", "optim.warmup_ratio (1.5) must be in (0, 1], or null"),
+        ("optim.cut_peak_power=0.5", "optim.cut_peak_power (0.5) applies to a warmup cut by optim.warmup_ratio, which is null"),
     ],
 )
 def test_bad_configuration_is_one_line(override, expected):

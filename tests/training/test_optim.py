@@ -1,5 +1,6 @@
 """The optimizer (translate.training.optim): the paper's Adam, stepping at the schedule's rate."""
 
+import pytest
 import torch
 
 from tests.conftest import noam
@@ -38,3 +39,15 @@ def test_optim_warmup_ratio_reaches_the_schedule():
                                   d_model=512, last_update=30)
     assert schedule.warmup == 6 and schedule.rate_at(6) == noam(6, 512, 10)
     assert schedule.rate_at(7) == noam(6, 512, 10) * 24 / 25  # (30 + 1 - 7) / (30 + 1 - 6)
+
+
+def test_optim_cut_peak_power_reaches_the_schedule_and_is_checked():
+    """optim.cut_peak_power 0 from the configuration: the warmup cut at update 6 of 30 ends at the
+    full peak of a 10-update warmup; outside [0, 1], or without a warmup_ratio, one clear error."""
+    _, schedule = build_optimizer(torch.nn.Linear(2, 2), OptimConfig(warmup_steps=10, warmup_ratio=0.2, cut_peak_power=0.0),
+                                  d_model=512, last_update=30)
+    assert schedule.warmup == 6 and schedule.rate_at(6) == pytest.approx(noam(10, 512, 10))
+    with pytest.raises(ValueError, match=r"optim.cut_peak_power \(1.5\) must be in \[0, 1\]"):
+        OptimConfig(warmup_ratio=0.2, cut_peak_power=1.5)
+    with pytest.raises(ValueError, match="optim.warmup_ratio, which is null"):
+        OptimConfig(cut_peak_power=0.5)

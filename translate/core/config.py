@@ -128,11 +128,19 @@ class OptimConfig:
     # is projected to reach from the first 50 updates' pace): a run too short for warmup_steps (a slow
     # CPU's hour) stops on the same ramp at that share, at a lower peak, and decays from there. None: off.
     warmup_ratio: Optional[float] = None
+    # The peak of a warmup cut by warmup_ratio to w updates: the full peak * (w / warmup_steps)^power,
+    # up a ramp steeper than the paper's. 1: the rate the ramp reached there; 0: the full peak (which
+    # diverged after a quarter of the warmup); 0.5: the ramp a slow CPU's hour was fitted with on dev.
+    cut_peak_power: float = 1.0
     clip_norm: float = 0.0  # gradient norm clipping; 0 disables (the paper does not clip)
 
     def __post_init__(self) -> None:
         if self.warmup_ratio is not None and not 0 < self.warmup_ratio <= 1:
             raise ValueError(f"optim.warmup_ratio ({self.warmup_ratio}) must be in (0, 1], or null")
+        if not 0 <= self.cut_peak_power <= 1:
+            raise ValueError(f"optim.cut_peak_power ({self.cut_peak_power}) must be in [0, 1]")
+        if self.cut_peak_power != 1 and self.warmup_ratio is None:
+            raise ValueError(f"optim.cut_peak_power ({self.cut_peak_power}) applies to a warmup cut by optim.warmup_ratio, which is null")
 
 
 @dataclass

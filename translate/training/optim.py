@@ -58,5 +58,6 @@ def build_optimizer(
     except (RuntimeError, TypeError):
         optimizer = Adam(model.parameters(), lr=0.0, betas=(beta1, beta2), eps=cfg.eps, foreach=True)
     schedule = LearningRateSchedule(d_model, cfg.warmup_steps, lr_scale=cfg.lr_scale, last_update=last_update,
-                                    device=device, decay=cfg.decay, warmup_ratio=cfg.warmup_ratio)
+                                    device=device, decay=cfg.decay, warmup_ratio=cfg.warmup_ratio,
+                                    cut_peak_power=cfg.cut_peak_power)
     return optimizer, schedule

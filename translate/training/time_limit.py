@@ -67,7 +67,8 @@ class TimeLimit:
         if schedule.cuttable(updates):
             warmup = schedule.cut_warmup(end, updates)
             log.info(f"optim.warmup_ratio={schedule.warmup_ratio}: the time limit is projected to end the run at update "
-                     f"{end} (the pace of updates {first + 1}-{updates}); the warmup ends at update {warmup}")
+                     f"{end} (the pace of updates {first + 1}-{updates}); the warmup ends at update {warmup}, at rate "
+                     f"{schedule.rate_at(warmup):.6g}")
             return end
         schedule.end_at(end)
         log.info(f"optim.decay=linear: the time limit is projected to end the run at update {end} (the pace of "
