@@ -19,10 +19,12 @@ With --preset NAME --minutes M, only the speed of that preset as users train it:
 config=NAME train.max_minutes=M` in each tree (its checkpoints, validation and schedule, as the
 hour runs them), the trees alternating in the order base, this, this, base, ... so that a drift
 of the machine's speed falls on both; per run (`preset_run`) the updates reached, target tokens/s
-and the MFU the log prints, and per round (`preset_round`) the ratio of updates.
+and the MFU the log prints, and per round (`preset_round`) the ratio of updates. With --set, this
+tree's runs take those overrides too: `--base HEAD --set data.vocab_size=4000` measures a setting.
 
     .venv/bin/python scripts/compare_trees.py --base HEAD~3 --rounds 3
     .venv/bin/python scripts/compare_trees.py --base ff71cc0 --preset multi30k_lowercase --minutes 5 --rounds 2
+    .venv/bin/python scripts/compare_trees.py --base HEAD --preset multi30k_lowercase --set data.vocab_size=4000
 """
 
 from __future__ import annotations
@@ -148,12 +150,14 @@ def throughput(base: Path, rounds: int, threads: int, folder: Path) -> None:
              ratio=round(rates["this"] / rates["base"], 3))
 
 
-def preset_run(tree: Path, preset: str, minutes: float, threads: int, run_dir: Path) -> Dict[str, Any]:
-    """One `translate train config=PRESET` of `minutes` in `tree`: its updates, target tokens/s over
-    the whole run (start-up, checkpoints and validation included, from its run record) and the
-    mean MFU of its log windows."""
-    result = translate(tree, "train", f"config={preset}", f"train.max_minutes={minutes}", f"train.threads={threads}",
-                       f"run_dir={run_dir}", f"data.path={MULTI30K}", f"data.cache_dir={ROOT / 'cache'}")
+def preset_run(tree: Path, preset: str, minutes: float, threads: int, run_dir: Path,
+               overrides: List[str] = ()) -> Dict[str, Any]:
+    """One `translate train config=PRESET OVERRIDES...` of `minutes` in `tree`: its updates, target
+    tokens/s over the whole run (start-up, checkpoints and validation included, from its run
+    record) and the mean MFU of its log windows."""
+    result = translate(tree, "train", f"config={preset}", *overrides, f"train.max_minutes={minutes}",
+                       f"train.threads={threads}", f"run_dir={run_dir}", f"data.path={MULTI30K}",
+                       f"data.cache_dir={ROOT / 'cache'}")
     training = json.loads((run_dir / "run_record.json").read_text())["training"]
     windows = [float(m) for m in re.findall(r"\] - update \d+: .* mfu (\d+)% of", result.stderr)]
     peak = re.findall(r"mfu \d+% of ([\d.]+ TFLOP/s \w+) peak", result.stderr)
@@ -162,15 +166,18 @@ def preset_run(tree: Path, preset: str, minutes: float, threads: int, run_dir: P
             "mfu_percent": round(sum(windows) / len(windows), 1) if windows else None, "peak": peak[-1] if peak else None}
 
 
-def preset_throughput(base: Path, preset: str, minutes: float, rounds: int, threads: int, folder: Path) -> None:
-    """The preset's whole loop for `minutes` in each tree, alternating base, this, this, base, ..."""
+def preset_throughput(base: Path, preset: str, minutes: float, rounds: int, threads: int, folder: Path,
+                      overrides: List[str]) -> None:
+    """The preset's whole loop for `minutes` in each tree (this one with `overrides`), alternating
+    base, this, this, base, ..."""
     for round_ in range(1, rounds + 1):
         order = [("base", base), ("this", ROOT)]
         runs = {}
         for name, tree in (order if round_ % 2 else order[::-1]):
-            runs[name] = preset_run(tree, preset, minutes, threads, folder / f"{preset}-{name}-{round_}")
+            runs[name] = preset_run(tree, preset, minutes, threads, folder / f"{preset}-{name}-{round_}",
+                                    overrides if name == "this" else [])
             emit(measurement="preset_run", round=round_, tree=name, preset=preset, minutes=minutes, threads=threads,
-                 **runs[name])
+                 overrides=overrides if name == "this" else [], **runs[name])
         emit(measurement="preset_round", round=round_, preset=preset, minutes=minutes,
              base_updates=runs["base"]["updates"], this_updates=runs["this"]["updates"],
              ratio=round(runs["this"]["updates"] / runs["base"]["updates"], 3))
@@ -183,6 +190,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--preset", default=None, help="only the speed of this preset's whole loop (config=PRESET)")
     parser.add_argument("--minutes", type=float, default=5.0, help="each preset run's train.max_minutes")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides of this tree's preset runs, after the preset (with --preset)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder, base = Path(scratch), Path(scratch) / "base-tree"
@@ -193,9 +202,9 @@ def main() -> None:
             dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                         capture_output=True, text=True).stdout.strip())
             emit(measurement="trees", base=args.base, base_commit=commits[0], this=str(ROOT), this_commit=commits[1],
-                 this_dirty=dirty, machine=bench_fairseq.machine())
+                 this_dirty=dirty, this_overrides=args.set, machine=bench_fairseq.machine())
             if args.preset:
-                preset_throughput(base, args.preset, args.minutes, args.rounds, args.threads, folder)
+                preset_throughput(base, args.preset, args.minutes, args.rounds, args.threads, folder, args.set)
                 return
             checkpoint = same_training(base, folder)
             same_outputs(base, checkpoint, folder)

@@ -2,8 +2,9 @@
 """Recipe candidates on the dev split, from their run records alone (issue 53: a recipe is chosen
 on dev, never on a test split): `translate table`'s rows as one JSON line per run, then one per
 setting over its seeds. Each names the settings that differ between the runs given, the updates,
-the last validation's dev loss and greedy dev BLEU, and the dev BLEU at the alpha `translate tune`
-chose (its beam, its averaged weights).
+the last validation's dev loss and greedy dev BLEU (and its update), the epochs trained (target
+tokens over the corpus's: comparable across vocabularies, where updates of as many tokens are not),
+and the dev BLEU at the alpha `translate tune` chose (its beam, its averaged weights).
 
     .venv/bin/python scripts/dev_candidates.py /work/runs/seed8 /work/runs/cand-rdrop5-seed11
     .venv/bin/python scripts/dev_candidates.py RUN... --output docs/figures/multi30k_dev_candidates_zen5.jsonl --replace
@@ -43,7 +44,7 @@ def lines(runs: List[Path]) -> List[Dict]:
         # A table row names the seed only where seeds differ; else it is read from the record.
         seed = row[table.SEED] if table.SEED in row else _seed(Path(row["run"]))
         out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
-                    "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}})
+                    "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}, **_progress(Path(row["run"]))})
         groups.setdefault(label, []).append({**row, table.SEED: seed})
     for label, group in groups.items():
         seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
@@ -52,6 +53,15 @@ def lines(runs: List[Path]) -> List[Dict]:
             summary[measure], summary[f"{measure}_sd"] = seeds.get(measure), seeds.get(f"{measure}_std")
         out.append(summary)
     return out
+
+
+def _progress(run: Path) -> Dict:
+    """The update of the run's last validation, and the epochs its training's target tokens make."""
+    record = run_record.RunRecord.load(run)
+    corpus = record.data.train_tokens.target if record.data else None
+    trained = record.training.target_tokens if record.training else None
+    return {"dev_update": record.valid.update if record.valid else None,
+            "epochs": round(trained / corpus, 2) if trained and corpus else None}
 
 
 def _seed(run: Path):

@@ -523,7 +523,8 @@ def test_fairseq_best_says_so_without_the_anchor(tmp_path):
 
 def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, monkeypatch, capsys):
     """--preset's rounds run base, this, then this, base; each run's updates and whole-run rate come
-    from its run record, its MFU from the log's windows, and the round's ratio is this over base."""
+    from its run record, its MFU from the log's windows, and the round's ratio is this over base.
+    --set's overrides reach this tree's runs alone, after the preset."""
     import subprocess
     from pathlib import Path
 
@@ -535,6 +536,8 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
     def fake_translate(tree, *args):
         name = "this" if tree == compare_trees.ROOT else "base"
         order.append(name)
+        assert list(args[:3]) == (["train", "config=multi30k_lowercase", "data.vocab_size=4000"] if name == "this"
+                                  else ["train", "config=multi30k_lowercase", "train.max_minutes=5.0"])
         run_dir = Path(next(a for a in args if a.startswith("run_dir="))[len("run_dir="):])
         run_dir.mkdir(parents=True)
         n = updates[name][len([o for o in order if o == name]) - 1]
@@ -545,28 +548,32 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
         return subprocess.CompletedProcess(args, 0, "", log)
 
     monkeypatch.setattr(compare_trees, "translate", fake_translate)
-    compare_trees.preset_throughput(tmp_path / "base", "multi30k_lowercase", 5.0, 2, 2, tmp_path)
+    compare_trees.preset_throughput(tmp_path / "base", "multi30k_lowercase", 5.0, 2, 2, tmp_path, ["data.vocab_size=4000"])
     assert order == ["base", "this", "this", "base"]
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     runs = [line for line in lines if line["measurement"] == "preset_run"]
     assert [(r["tree"], r["updates"], r["target_tokens_per_s"], r["mfu_percent"]) for r in runs] == \
         [("base", 100, 1000.0, 32.0), ("this", 150, 1500.0, 32.0), ("this", 160, 1600.0, 32.0), ("base", 110, 1100.0, 32.0)]
-    assert runs[0]["peak"] == "1.05 TFLOP/s bf16"
+    assert runs[0]["peak"] == "1.05 TFLOP/s bf16" and runs[1]["overrides"] == ["data.vocab_size=4000"]
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
 
 
 def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     """Runs of a baseline and a candidate: a line per run naming its differing setting, then one per
-    setting with the mean and sd over its seeds, all from the records (tune's choice included)."""
+    setting with the mean and sd over its seeds, all from the records (tune's choice included, and
+    the epochs: the target tokens trained over the corpus's)."""
     import statistics
 
     dev_candidates = script_module("dev_candidates")
-    from translate.core.run_record import RunRecord, TrainingTotals, Validation
+    from translate.core.run_record import DataFacts, RunRecord, TrainingTotals, TrainTokens, Validation, VocabularyFacts
 
     def recorded(name, seed, rdrop, tuned):
         training = TrainingTotals(updates=100 * seed, seconds=60.0, model_flops=1e12, target_tokens=10**6,
                                   skipped_updates=0, device="cpu", processes=1, precision="bf16")
-        record = RunRecord(settings={"train": {"seed": seed, "rdrop": rdrop}}, training=training,
+        data = DataFacts(source="m30k", name=None, languages=["en", "de"], train_pairs=10, train_pairs_kept=10,
+                         train_tokens=TrainTokens(source=240_000, target=250_000),
+                         vocabulary=VocabularyFacts(size=8000, given=None, specials={"pad": 0}))
+        record = RunRecord(settings={"train": {"seed": seed, "rdrop": rdrop}}, training=training, data=data,
                            valid=Validation(update=100, metrics={"loss": 2.7, "nll": 1.6, "bleu": 40.0}))
         record.others["length_penalty"] = {"alpha": 1.0, "scores": [{"alpha": 0.6, "sacrebleu": 0.0},
                                                                     {"alpha": 1.0, "sacrebleu": tuned}]}
@@ -579,6 +586,7 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
         ("dev_run", "baseline"), ("dev_run", "train.rdrop=5.0"), ("dev_run", "train.rdrop=5.0"),
         ("dev_candidate", "baseline"), ("dev_candidate", "train.rdrop=5.0")]
     assert lines[1]["label"] == "rd-11" and lines[1]["tuned_dev_bleu"] == 42.8 and lines[1]["updates"] == 1100
+    assert lines[1]["epochs"] == 4.0 and lines[1]["dev_update"] == 100  # 10^6 target tokens trained, 250,000 a pass
     candidate = lines[-1]
     assert candidate["n"] == 2 and candidate["seeds"] == [11, 12]
     assert candidate["tuned_dev_bleu"] == statistics.mean([42.8, 43.2])
