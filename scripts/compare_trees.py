@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import bench_fairseq
 
@@ -151,7 +151,7 @@ def throughput(base: Path, rounds: int, threads: int, folder: Path) -> None:
 
 
 def preset_run(tree: Path, preset: str, minutes: float, threads: int, run_dir: Path,
-               overrides: List[str] = ()) -> Dict[str, Any]:
+               overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """One `translate train config=PRESET OVERRIDES...` of `minutes` in `tree`: its updates, target
     tokens/s over the whole run (start-up, checkpoints and validation included, from its run
     record) and the mean MFU of its log windows."""
@@ -174,10 +174,10 @@ def preset_throughput(base: Path, preset: str, minutes: float, rounds: int, thre
         order = [("base", base), ("this", ROOT)]
         runs = {}
         for name, tree in (order if round_ % 2 else order[::-1]):
-            runs[name] = preset_run(tree, preset, minutes, threads, folder / f"{preset}-{name}-{round_}",
-                                    overrides if name == "this" else [])
+            own = overrides if name == "this" else []
+            runs[name] = preset_run(tree, preset, minutes, threads, folder / f"{preset}-{name}-{round_}", own)
             emit(measurement="preset_run", round=round_, tree=name, preset=preset, minutes=minutes, threads=threads,
-                 overrides=overrides if name == "this" else [], **runs[name])
+                 overrides=own, **runs[name])
         emit(measurement="preset_round", round=round_, preset=preset, minutes=minutes,
              base_updates=runs["base"]["updates"], this_updates=runs["this"]["updates"],
              ratio=round(runs["this"]["updates"] / runs["base"]["updates"], 3))

@@ -39,12 +39,13 @@ def lines(runs: List[Path]) -> List[Dict]:
     settings = [key for key in rows[0] if key not in ("run", "params", table.SEED, table.SCORINGS, *table.MEASURES)]
     out, groups = [], {}
     for row in rows:
+        record = run_record.RunRecord.load(Path(row["run"]))  # once: the seed where the row lacks it, the progress
         differing = {key: row[key] for key in settings}
         label = " ".join(f"{key}={value}" for key, value in differing.items() if value != rows[0][key]) or "baseline"
         # A table row names the seed only where seeds differ; else it is read from the record.
-        seed = row[table.SEED] if table.SEED in row else _seed(Path(row["run"]))
+        seed = row[table.SEED] if table.SEED in row else ((record.settings or {}).get("train") or {}).get("seed")
         out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
-                    "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}, **_progress(Path(row["run"]))})
+                    "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}, **_progress(record)})
         groups.setdefault(label, []).append({**row, table.SEED: seed})
     for label, group in groups.items():
         seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
@@ -55,18 +56,12 @@ def lines(runs: List[Path]) -> List[Dict]:
     return out
 
 
-def _progress(run: Path) -> Dict:
+def _progress(record: run_record.RunRecord) -> Dict:
     """The update of the run's last validation, and the epochs its training's target tokens make."""
-    record = run_record.RunRecord.load(run)
     corpus = record.data.train_tokens.target if record.data else None
     trained = record.training.target_tokens if record.training else None
     return {"dev_update": record.valid.update if record.valid else None,
             "epochs": round(trained / corpus, 2) if trained and corpus else None}
-
-
-def _seed(run: Path):
-    """train.seed as the run's record holds it (None where it holds none)."""
-    return ((run_record.load(run).get("settings") or {}).get("train") or {}).get("seed")
 
 
 def main() -> None:
