@@ -277,7 +277,9 @@ def test_a_warmup_ratio_under_a_time_limit_ends_the_warmup_at_its_share_of_the_p
     result = run_cli("train", *command)
     assert result.returncode == 0, result.stderr[-2000:]
     log = result.stderr + result.stdout
-    warmup = int(re.search(r"optim.warmup_ratio=0.25: .*? the warmup ends at update (\d+)", log).group(1))
+    cut = re.search(r"optim.warmup_ratio=0.25: .*? the warmup ends at update (\d+), at rate (\S+)", log)
+    warmup = int(cut.group(1))
+    assert float(cut.group(2)) == pytest.approx(noam(warmup, 32, 1000000), rel=1e-5)  # the rate reached, logged
     end = int(re.search(r"optim.decay=linear: the time limit is projected to end the run at update (\d+)", log).group(1))
     rates = {int(n): float(lr) for n, lr in re.findall(r"update (\d+): .*? lr (\S+) ", log)}
     assert 50 <= warmup < end and max(rates) > warmup
