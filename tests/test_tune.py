@@ -191,6 +191,25 @@ def test_alphas_beyond_the_grid_while_its_largest_is_best():
     assert [s["alpha"] for s in search_alphas([1.5, 2.1, 2.7], 3.0, score)] == [1.5, 2.1, 2.7]  # the best is inside
 
 
+def test_a_choice_at_the_cap_is_named_as_one_a_larger_alpha_may_beat(caplog):
+    """The best alpha the largest tried, because tune.extend_to stopped the search: a warning
+    says so; none where a larger alpha was tried and scored lower."""
+    from translate.verbs.tune import search_alphas
+
+    def score(alpha):  # sacreBLEU rising to alpha 2.1, falling after
+        return {"alpha": alpha, "sacrebleu": 30.0 - abs(alpha - 2.1)}
+
+    with caplog.at_level("WARNING", logger="translate.verbs.tune"):
+        search_alphas([0.0, 0.6, 1.2, 1.5], 2.0, score)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "the chosen alpha, 1.8, is the largest tried (tune.extend_to is 2.0): "
+        "a larger one may score higher; raise tune.extend_to to try it"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="translate.verbs.tune"):
+        search_alphas([0.0, 0.6, 1.2, 1.5], 3.0, score)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_an_alpha_tuned_before_it_was_kept_beside_the_weights_is_named_not_used(tmp_path, caplog):
     """A run tuned by an older translate holds its alpha in the run record alone: decode no
     longer reads it there, and says so rather than drop it silently; a choice kept beside the

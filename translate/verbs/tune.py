@@ -80,6 +80,11 @@ def search_alphas(alphas: Sequence[float], extend_to: float, score: Callable[[fl
             break
         log.info(f"the best alpha so far, {largest}, is the largest tried: trying {following}")
         scores.append(score(following))
+    best, largest = _best(scores)["alpha"], max(s["alpha"] for s in scores)
+    if len(scores) > 1 and best == largest:
+        # A choice at the edge says that a larger alpha may score higher still (short, brevity-penalized output).
+        log.warning(f"the chosen alpha, {best}, is the largest tried (tune.extend_to is {extend_to}): "
+                    f"a larger one may score higher; raise tune.extend_to to try it")
     return scores
 
 
