@@ -91,3 +91,33 @@ def test_the_en_fr_presets_are_the_en_de_recipes_on_french(compose, preset, base
     assert dataclasses.replace(french.data, name=german.data.name, tgt_lang=german.data.tgt_lang) == german.data
     for section in ("model", "optim", "train", "checkpoint", "valid", "decode"):
         assert getattr(french, section) == getattr(german, section), section
+
+
+def test_the_fitted_warmup_preset_trains_as_the_frozen_one_where_its_hour_reaches_the_warmup(compose):
+    """config=multi30k_lowercase_fitted_warmup is config=multi30k_lowercase with the warmup cut
+    to 72.2% of a time limit's projected updates, peaking at full * (share)^0.5. An hour projected
+    (at update 50, as train.max_minutes does) to reach 2,770 updates or more keeps every rate of the
+    frozen preset; the Zen 3's 1-thread hour (1,337 projected) ends its warmup at update 965, at the
+    rate its log named (0.00347308), and falls to zero at the projection."""
+    from translate.training.schedule import LearningRateSchedule
+
+    fitted, frozen = compose("train", "config=multi30k_lowercase_fitted_warmup"), compose("train", "config=multi30k_lowercase")
+    assert (fitted.optim.warmup_ratio, fitted.optim.cut_peak_power) == (0.722, 0.5)
+    for section in ("model", "data", "train", "checkpoint", "valid", "decode"):
+        assert getattr(fitted, section) == getattr(frozen, section), section
+
+    def hour(cfg, projected):  # the schedule as a time limit sets it: the cut at update 50, the line's end at the warmup's
+        o = cfg.optim
+        schedule = LearningRateSchedule(cfg.model.d_model, o.warmup_steps, lr_scale=o.lr_scale, last_update=cfg.train.max_steps,
+                                        decay=o.decay, warmup_ratio=o.warmup_ratio, cut_peak_power=o.cut_peak_power)
+        if schedule.cuttable(50):
+            schedule.cut_warmup(projected, 50)
+        schedule.end_at(projected)
+        return schedule
+
+    for projected in (2770, 4500):
+        a, b = hour(fitted, projected), hour(frozen, projected)
+        assert a.warmup == 2000 and [a.rate_at(n) for n in range(1, projected + 2)] == [b.rate_at(n) for n in range(1, projected + 2)]
+    slow, climbing = hour(fitted, 1337), hour(frozen, 1337)
+    assert slow.warmup == 965 and slow.rate_at(965) == pytest.approx(0.00347308, rel=1e-6) and slow.rate_at(1338) == 0
+    assert slow.rate_at(50) == climbing.rate_at(50) and climbing.rate_at(1337) > slow.rate_at(1200)
