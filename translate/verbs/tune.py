@@ -2,8 +2,9 @@
 alpha "after experimentation on the development set" (section 6.1).
 
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
-and beyond the largest while that one is the best (up to tune.extend_to), prints sacreBLEU and
-the brevity penalty of each, and writes the best beside the checkpoint it decoded, bound to the
+and beyond the largest while that one is the best (up to tune.extend_to; a choice still at the
+edge is named in a warning), prints sacreBLEU and the brevity penalty of each, and writes the
+best beside the checkpoint it decoded, bound to the
 weights it held (<checkpoint>.generation.json: checkpoint.GenerationSettings); from then on
 `translate decode`, `export` and `plot` of those weights use it, unless the command line sets
 decode.length_penalty (Translator.decoding). The run record keeps each choice, for the history.
