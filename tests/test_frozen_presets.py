@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from translate.core.config import ADDED_LATER
+
 FROZEN = Path(__file__).parent / "frozen"
 PLACES = {("run_dir",), ("data", "path"), ("data", "cache_dir"),  # where files go, not what trains
           ("checkpoint", "background")}  # how they are written (the same bytes: test_checkpoint_writer)
-# Settings added after a freeze, at the value that trains as before (checked by their own tests):
-# a snapshot without them still holds.
-ADDED_OFF = {("train", "rdrop"): 0.0,  # R-Drop off: the plain objective (test_loss.py)
-             ("optim", "warmup_ratio"): None,  # the whole warmup, as before (test_schedule.py)
-             ("optim", "cut_peak_power"): 1.0}  # a cut warmup's peak: the rate reached, as before
+# Settings added after a freeze, at the value that trains as before (checked by their own tests:
+# R-Drop's in test_loss.py, the warmup's in test_schedule.py): a snapshot without them still holds.
+ADDED_OFF = {tuple(key.split(".")): off for key, off in ADDED_LATER.items()}
 
 
 def settings(preset: str) -> dict:

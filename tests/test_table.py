@@ -88,6 +88,19 @@ def test_seeds_without_a_twin_stay_rows_of_their_own(tmp_path):
     assert "n" not in rows[0] and "dev_loss_std" not in rows[0]
 
 
+def test_a_setting_added_after_a_run_was_recorded_reads_as_the_value_it_trained_at(tmp_path):
+    """A record that predates optim.cut_peak_power trained at 1.0 (ADDED_LATER): beside a run at
+    0.5 its row says 1.0, not None; beside a run at 1.0 the setting does not differ at all."""
+    old, cut = recorded_run(tmp_path / "old", 0.1, 1, 4.0, 3.9, 20.0), recorded_run(tmp_path / "cut", 0.1, 1, 3.9, 3.8, 21.0)
+    record = RunRecord.load(cut)
+    record.settings["optim"] = {"cut_peak_power": 0.5}
+    record.save(cut)
+    assert [row["optim.cut_peak_power"] for row in table.run_rows([old, cut])] == [1.0, 0.5]
+    record.settings["optim"] = {"cut_peak_power": 1.0}
+    record.save(cut)
+    assert "optim.cut_peak_power" not in table.run_rows([old, cut])[0]
+
+
 def test_test_bleu_is_the_score_of_the_test_splits_decode(tmp_path):
     """A run's record may hold scores of other files decoded in its run_dir (a sweep scores its
     dev decodes there): test_bleu is the last score of decode's test output alone, else none."""

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from translate.core import run_record
 from translate.core.choices import TableFormat
-from translate.core.config import TranslateConfig
+from translate.core.config import ADDED_LATER, TranslateConfig
 from translate.core.errors import TranslateError
 from translate.core.run_record import RunRecord
 
@@ -51,7 +51,8 @@ def rows(runs: List[Path]) -> List[Dict[str, Any]]:
 def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     """One row per run: its differing settings, then what it cost and what it scored."""
     records = [RunRecord.load(run) for run in runs]
-    settings = [dict(_leaves(record.settings or {})) for record in records]
+    # A setting added after a run was recorded: the value it trained at (ADDED_LATER), not a blank.
+    settings = [{**ADDED_LATER, **dict(_leaves(record.settings or {}))} for record in records]
     keys = sorted(key for key in {key for s in settings for key in s} - set(PLACES) if not key.startswith(READERS))
     differing = [key for key in keys if len({json.dumps(s.get(key)) for s in settings}) > 1]
     table = []
