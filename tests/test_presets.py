@@ -99,17 +99,17 @@ def test_the_fitted_warmup_preset_trains_as_the_frozen_one_where_its_hour_reache
     (at update 50, as train.max_minutes does) to reach 2,770 updates or more keeps every rate of the
     frozen preset; the Zen 3's 1-thread hour (1,337 projected) ends its warmup at update 965, at the
     rate its log named (0.00347308), and falls to zero at the projection."""
-    from translate.training.schedule import LearningRateSchedule
+    import torch
+
+    from translate.training.optim import build_optimizer
 
     fitted, frozen = compose("train", "config=multi30k_lowercase_fitted_warmup"), compose("train", "config=multi30k_lowercase")
     assert (fitted.optim.warmup_ratio, fitted.optim.cut_peak_power) == (0.722, 0.5)
     for section in ("model", "data", "train", "checkpoint", "valid", "decode"):
         assert getattr(fitted, section) == getattr(frozen, section), section
 
-    def hour(cfg, projected):  # the schedule as a time limit sets it: the cut at update 50, the line's end at the warmup's
-        o = cfg.optim
-        schedule = LearningRateSchedule(cfg.model.d_model, o.warmup_steps, lr_scale=o.lr_scale, last_update=cfg.train.max_steps,
-                                        decay=o.decay, warmup_ratio=o.warmup_ratio, cut_peak_power=o.cut_peak_power)
+    def hour(cfg, projected):  # train's schedule as a time limit sets it: the cut at update 50, the line's end at the warmup's
+        _, schedule = build_optimizer(torch.nn.Linear(1, 1), cfg.optim, d_model=cfg.model.d_model, last_update=cfg.train.max_steps)
         if schedule.cuttable(50):
             schedule.cut_warmup(projected, 50)
         schedule.end_at(projected)

@@ -4,10 +4,10 @@ alpha "after experimentation on the development set" (section 6.1).
 It decodes the dev split once per value of tune.alphas (the beam and output cap of decode),
 and beyond the largest while that one is the best (up to tune.extend_to; a choice still at the
 edge is named in a warning), prints sacreBLEU and the brevity penalty of each, and writes the
-best beside the checkpoint it decoded, bound to the
-weights it held (<checkpoint>.generation.json: checkpoint.GenerationSettings); from then on
-`translate decode`, `export` and `plot` of those weights use it, unless the command line sets
-decode.length_penalty (Translator.decoding). The run record keeps each choice, for the history.
+best beside the checkpoint it decoded, bound to the weights it held (<checkpoint>.generation.json:
+checkpoint.GenerationSettings); from then on `translate decode`, `export` and `plot` of those
+weights use it, unless the command line sets decode.length_penalty (Translator.decoding). The run
+record keeps each choice, for the history.
 """
 
 from __future__ import annotations
@@ -74,19 +74,18 @@ def search_alphas(alphas: Sequence[float], extend_to: float, score: Callable[[fl
     scores = [score(alpha) for alpha in alphas]
     grid = sorted(alphas)
     step = grid[-1] - grid[-2] if len(grid) > 1 and grid[-1] > grid[-2] else 0.5
-    while extend_to:
+    while True:
         largest = max(s["alpha"] for s in scores)
+        if _best(scores)["alpha"] != largest:
+            return scores
         following = round(largest + step, 6)
-        if _best(scores)["alpha"] != largest or following > extend_to + 1e-9:
-            break
+        if not extend_to or following > extend_to + 1e-9:
+            if len(scores) > 1:  # a choice at the edge: a larger alpha may score higher still (short output)
+                log.warning(f"the chosen alpha, {largest}, is the largest tried (tune.extend_to is {extend_to}): "
+                            f"a larger one may score higher; raise tune.extend_to to try it")
+            return scores
         log.info(f"the best alpha so far, {largest}, is the largest tried: trying {following}")
         scores.append(score(following))
-    best, largest = _best(scores)["alpha"], max(s["alpha"] for s in scores)
-    if len(scores) > 1 and best == largest:
-        # A choice at the edge says that a larger alpha may score higher still (short, brevity-penalized output).
-        log.warning(f"the chosen alpha, {best}, is the largest tried (tune.extend_to is {extend_to}): "
-                    f"a larger one may score higher; raise tune.extend_to to try it")
-    return scores
 
 
 def _score(translator: Translator, sources: List[str], references: List[str], cfg: TranslateConfig,
