@@ -8,15 +8,22 @@
 #   scripts/preset_chain.sh multi30k_en_fr_lowercase 5 RUN_DIR "test test_2017_flickr"
 #
 # SPLITS (4th argument) defaults to Multi30k's four test splits; PYTHON to the checkout's .venv.
+# TRAIN_ARGS="train.threads=N" sets `translate train`'s threads, which change how fast it runs, not
+# the recipe (e.g. 1, for two seeds at once, a core each); machine.txt and the record keep it.
 # Refuses a RUN_DIR that exists: a seed is run once, and its test splits scored once.
 set -euo pipefail
 if [[ $# -lt 3 ]]; then
-    sed -n '2,11p' "$0" >&2
+    sed -n '2,13p' "$0" >&2
     exit 2
 fi
 config=$1 seed=$2 run_dir=$3
 splits=${4:-test test_2017_flickr test_2017_mscoco test_2018_flickr}
 python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
+read -r -a train_args <<<"${TRAIN_ARGS:-}"
+for arg in ${train_args[@]+"${train_args[@]}"}; do
+    # Only how many cores it uses: anything that changes the recipe would not be the preset's chain.
+    [[ $arg == train.threads=* ]] || { echo "preset_chain: TRAIN_ARGS takes train.threads only, not $arg" >&2; exit 2; }
+done
 if [[ -e $run_dir ]]; then
     echo "preset_chain: $run_dir exists; a seed's test splits are scored once: give a new RUN_DIR" >&2
     exit 1
@@ -24,9 +31,9 @@ fi
 mkdir -p "$run_dir"
 # The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
 { lscpu; echo "commit $(git -C "$(dirname "$0")" rev-parse HEAD)"
-  env | grep -E '^(ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA|DNNL_MAX_CPU_ISA|MKL_ENABLE_INSTRUCTIONS)=' || true; } >"$run_dir/machine.txt"
+  env | grep -E '^(ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA|DNNL_MAX_CPU_ISA|MKL_ENABLE_INSTRUCTIONS|TRAIN_ARGS)=' || true; } >"$run_dir/machine.txt"
 common=("config=$config" "run_dir=$run_dir")
-"$python" -m translate train "${common[@]}" "train.seed=$seed"
+"$python" -m translate train "${common[@]}" "train.seed=$seed" ${train_args[@]+"${train_args[@]}"}
 "$python" -m translate tune "${common[@]}"
 for split in $splits; do
     "$python" -m translate decode "${common[@]}" "decode.split=$split"
