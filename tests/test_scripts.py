@@ -459,6 +459,18 @@ def test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_record
         assert filled == text, f"{page.name}: a test figure differs from its records (results_tables.py --fill)"
 
 
+def test_preset_chain_refuses_train_args_that_change_the_recipe(tmp_path):
+    """TRAIN_ARGS may set train.threads, how fast a seed runs, and nothing of what it trains: anything else
+    is refused in one line, before the run's folder is made, so no seed of a preset runs off its recipe."""
+    script = ROOT / "scripts" / "preset_chain.sh"
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "TRAIN_ARGS": "train.threads=1 optim.lr_scale=3"}
+    result = run(["bash", str(script), "multi30k_lowercase", "1", str(run_dir)], env=env, timeout=60)
+    assert result.returncode == 2
+    assert "TRAIN_ARGS takes train.threads only, not optim.lr_scale=3" in result.stderr
+    assert not run_dir.exists()
+
+
 def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
     fill_figures = script_module("fill_figures")
     (tmp_path / "r.jsonl").write_text('{"measurement": "a", "speed": 0.5}\n{"measurement": "a", "speed": 0.9042, '
