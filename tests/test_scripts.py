@@ -570,6 +570,36 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
 
 
+def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tmp_path):
+    """Two presets' kept runs paired by seed: each split's differences are the candidate's score
+    minus the baseline's of the same seed, as the records hold them (tune's dev sacreBLEU at its
+    alpha; a test split's first lowercased tokenized BLEU); runs whose seeds differ are refused."""
+    paired_seeds = script_module("paired_seeds")
+    kept = ROOT / "docs" / "records-zen3"
+    candidate = sorted(kept.glob("multi30k_lowercase_fitted_warmup-zen3-1t-seed*"))
+    baseline = sorted(kept.glob("multi30k_lowercase-zen3-1t-seed*"))
+    assert len(candidate) == len(baseline) >= 2
+
+    def by_hand(run, split):
+        record = json.loads((run / "run_record.json").read_text(encoding="utf-8"))
+        if split == "tuned_dev":
+            tune = record["length_penalty"]
+            return next(s["sacrebleu"] for s in tune["scores"] if s["alpha"] == tune["alpha"])
+        first = next(s for s in record["scores"] if s["hyp"] == f"decode/{split}.de")
+        return first["scores"]["lowercased_tokenized_bleu"]["value"]
+
+    lines = {line["split"]: line for line in paired_seeds.lines(candidate, baseline)}
+    assert set(lines) == {"tuned_dev", "test", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"}
+    for split, line in lines.items():
+        expected = [by_hand(ours, split) - by_hand(theirs, split) for ours, theirs in zip(candidate, baseline)]
+        assert line["differences"] == pytest.approx(expected, abs=1e-9), split
+        assert line["candidate_ahead"] == sum(d > 0 for d in expected)
+        assert (line["candidate"], line["baseline"]) == ("multi30k_lowercase_fitted_warmup", "multi30k_lowercase")
+    script = [sys.executable, str(ROOT / "scripts" / "paired_seeds.py"), *map(str, candidate), "--against", str(baseline[0])]
+    result = run(script, timeout=120)
+    assert result.returncode != 0 and "are not the baseline's" in result.stderr
+
+
 def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     """Runs of a baseline and a candidate: a line per run naming its differing setting, then one per
     setting with the mean and sd over its seeds, all from the records (tune's choice included, and
