@@ -10,12 +10,12 @@ every seed, so that a page reads the comparison's two sides from one place.
     .venv/bin/python scripts/paired_seeds.py docs/records-zen3/multi30k_lowercase_fitted_warmup-zen3-1t-seed* \\
         --against docs/records-zen3/multi30k_lowercase-zen3-1t-seed* --output docs/figures/NAME.jsonl
 
-Lines: {"measurement": "paired", "split": "tuned_dev" or a test split, "candidate" and
-"baseline" (each side's preset), "metric", "seeds", each side's values and mean, "differences",
-"mean_difference", "sd_difference" (None below two seeds), "candidate_ahead", "n"}. The tuned dev
-split's score is the sacreBLEU `translate tune` chose its alpha by; a test split's is the one
-results_tables.py reports (the data set's literature's, its first scoring). Page marks pick one:
-`paired[split=test]` (scripts/fill_figures.py).
+Lines: {"measurement": "paired", "split": "tuned_dev" or a test split, "candidate" and "baseline"
+(each side's preset), "metric", "seeds", "n", each side's values, mean and sd, "differences" (and
+as a page writes them, "differences_text"), "mean_difference", "sd_difference" (None below two
+seeds), "candidate_ahead"}. The tuned dev split's score is the sacreBLEU `translate tune` chose
+its alpha by; a test split's is the one results_tables.py reports (the data set's literature's,
+its first scoring). Page marks pick one: `paired[split=test]` (scripts/fill_figures.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,6 +62,11 @@ def side(runs: List[Path]) -> Dict[str, Any]:
     return {"preset": presets.pop(), "splits": splits}
 
 
+def sd(values: List[float]) -> Optional[float]:
+    """The sample standard deviation; None below two values."""
+    return statistics.stdev(values) if len(values) > 1 else None
+
+
 def lines(candidate: List[Path], baseline: List[Path]) -> List[Dict[str, Any]]:
     ours, theirs = side(candidate), side(baseline)
     out = []
@@ -76,8 +81,10 @@ def lines(candidate: List[Path], baseline: List[Path]) -> List[Dict[str, Any]]:
                     "candidate_values": [values[seed] for seed in seeds],
                     "baseline_values": [others[seed] for seed in seeds],
                     "candidate_mean": statistics.mean(values.values()), "baseline_mean": statistics.mean(others.values()),
-                    "differences": differences, "mean_difference": statistics.mean(differences),
-                    "sd_difference": statistics.stdev(differences) if len(differences) > 1 else None,
+                    "candidate_sd": sd(list(values.values())), "baseline_sd": sd(list(others.values())),
+                    "differences": differences, "differences_text": ", ".join(f"{d:+.2f}" for d in differences),
+                    "mean_difference": statistics.mean(differences),
+                    "sd_difference": sd(differences),
                     "candidate_ahead": sum(difference > 0 for difference in differences)})
     return out
 
