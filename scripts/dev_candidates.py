@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,15 +70,21 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also write the lines to this file")
     parser.add_argument("--replace", action="store_true", help="write over an existing --output")
     args = parser.parse_args()
-    if args.output and args.output.exists() and not args.replace:
-        sys.exit(f"dev_candidates.py: error: {args.output} exists (--replace writes over it)")
+    emit("dev_candidates.py", args.output, args.replace, lambda: lines(run_dirs(args.runs)))
+
+
+def emit(script: str, output: Optional[Path], replace: bool, produce: Callable[[], List[Dict]]) -> None:
+    """Print the JSON lines produce() makes, and write them to output; a TranslateError, or an
+    output that exists without replace, is one line naming it and a non-zero exit, with nothing written."""
+    if output and output.exists() and not replace:
+        sys.exit(f"{script}: error: {output} exists (--replace writes over it)")
     try:
-        text = "".join(json.dumps(line) + "\n" for line in lines(run_dirs(args.runs)))
+        text = "".join(json.dumps(line) + "\n" for line in produce())
     except TranslateError as error:
-        sys.exit(f"dev_candidates.py: error: {error}")
+        sys.exit(f"{script}: error: {error}")
     print(text, end="")
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
+    if output:
+        output.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

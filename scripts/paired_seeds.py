@@ -21,7 +21,6 @@ its first scoring). Page marks pick one: `paired[split=test]` (scripts/fill_figu
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import results_tables  # noqa: E402
+from dev_candidates import emit  # noqa: E402
 from translate.core import run_record  # noqa: E402
 from translate.core.errors import TranslateError  # noqa: E402
 from translate.verbs import table  # noqa: E402
@@ -96,17 +96,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also write the lines to this file")
     parser.add_argument("--replace", action="store_true", help="write over an existing --output")
     args = parser.parse_args()
-    if args.output and args.output.exists() and not args.replace:
-        sys.exit(f"paired_seeds.py: error: {args.output} exists (--replace writes over it)")
-    try:
-        text = "".join(json.dumps(line) + "\n" for line in lines(run_record.run_dirs(args.candidate),
-                                                                 run_record.run_dirs(args.against)))
-    except TranslateError as error:
-        sys.exit(f"paired_seeds.py: error: {error}")
-    print(text, end="")
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-
+    emit("paired_seeds.py", args.output, args.replace,
+         lambda: lines(run_record.run_dirs(args.candidate), run_record.run_dirs(args.against)))
 
 if __name__ == "__main__":
     main()
