@@ -47,7 +47,7 @@ def side(runs: List[Path]) -> Dict[str, Any]:
         record = run_record.RunRecord.load(run)
         presets.add(results_tables.preset_of(record))
         seed = record.setting("train", "seed")
-        tuned, _ = table._tuned(record)
+        tuned, _ = table.tuned(record)
         if tuned is not None:
             splits.setdefault(DEV, {})[seed] = tuned
     for row in results_tables.rows(runs):

@@ -45,7 +45,7 @@ def preset_of(record: RunRecord) -> str:
 
 def setting_key(record: RunRecord) -> str:
     """The run's settings but its seed and the places of its files: runs with the same key are seeds of one recipe."""
-    leaves = dict(table._leaves(record.settings or {}))
+    leaves = dict(table.leaves(record.settings or {}))
     kept = {key: value for key, value in leaves.items()
             if key not in table.PLACES and key != table.SEED and not key.startswith(table.READERS)}
     return json.dumps(kept, sort_keys=True, default=str)

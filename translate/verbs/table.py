@@ -35,10 +35,11 @@ MEASURES = ("updates", "train_flops", "dev_loss", "dev_ppl", "dev_bleu", "tuned_
 SCORINGS = "test_scorings"  # how many times each run's test split was scored: a count per run, never averaged
 
 
-def _leaves(tree: Dict[str, Any], prefix: str = "") -> Iterator[tuple]:
+def leaves(tree: Dict[str, Any], prefix: str = "") -> Iterator[tuple]:
+    """(dotted key, value) for each setting in a record's nested settings: "optim.warmup_ratio"."""
     for key, value in tree.items():
         if isinstance(value, dict):
-            yield from _leaves(value, f"{prefix}{key}.")
+            yield from leaves(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
 
@@ -52,7 +53,7 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     """One row per run: its differing settings, then what it cost and what it scored."""
     records = [RunRecord.load(run) for run in runs]
     # A setting added after a run was recorded: the value it trained at (ADDED_LATER), not a blank.
-    settings = [{**ADDED_LATER, **dict(_leaves(record.settings or {}))} for record in records]
+    settings = [{**ADDED_LATER, **dict(leaves(record.settings or {}))} for record in records]
     keys = sorted(key for key in {key for s in settings for key in s} - set(PLACES) if not key.startswith(READERS))
     differing = [key for key in keys if len({json.dumps(s.get(key)) for s in settings}) > 1]
     table = []
@@ -64,7 +65,7 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
                "dev_ppl": valid.perplexity if valid else None, "dev_bleu": valid.bleu if valid else None,
                "test_bleu": record.test_bleu()}
         if any(run_record.LENGTH_PENALTY in r.others for r in records):  # translate tune's choice on the dev split
-            row["tuned_dev_bleu"], row["tuned_alpha"] = _tuned(record)
+            row["tuned_dev_bleu"], row["tuned_alpha"] = tuned(record)
         if any(r.test_scorings() for r in records):  # a test split scored twice has been seen twice
             row[SCORINGS] = len(record.test_scorings())
         if any(r.target is not None for r in records):  # train.target_bleu: the time to it, from the process start
@@ -77,7 +78,7 @@ def run_rows(runs: List[Path]) -> List[Dict[str, Any]]:
     return table
 
 
-def _tuned(record: RunRecord) -> tuple:
+def tuned(record: RunRecord) -> tuple:
     """(dev sacreBLEU at the alpha `translate tune` chose, that alpha): its last choice, with the
     beam and weights it decoded; (None, None) where the run was not tuned. Candidates are compared
     on this, the dev split's score as the preset's chain decodes, never on a test split."""
