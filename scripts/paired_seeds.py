@@ -55,11 +55,12 @@ def side(runs: List[Path]) -> Dict[str, Any]:
             splits.setdefault(row["split"], {})[entry["seed"]] = entry["value"]
     if len(presets) != 1:
         raise TranslateError(f"one side's runs name {len(presets)} presets ({', '.join(sorted(presets))}): give each side one")
+    preset, = presets
     for split, values in splits.items():
         if len(values) != len(runs):
-            raise TranslateError(f"{presets.pop()}: {len(runs)} runs but {len(values)} seeds scored {split} "
+            raise TranslateError(f"{preset}: {len(runs)} runs but {len(values)} seeds scored {split} "
                                  "(two runs of one seed, or a run that did not score it)")
-    return {"preset": presets.pop(), "splits": splits}
+    return {"preset": preset, "splits": splits}
 
 
 def sd(values: List[float]) -> Optional[float]:
@@ -98,6 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     emit("paired_seeds.py", args.output, args.replace,
          lambda: lines(run_record.run_dirs(args.candidate), run_record.run_dirs(args.against)))
+
 
 if __name__ == "__main__":
     main()

@@ -570,7 +570,7 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
 
 
-def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tmp_path):
+def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates():
     """Two presets' kept runs paired by seed: each split's differences are the candidate's score
     minus the baseline's of the same seed, as the records hold them (tune's dev sacreBLEU at its
     alpha; a test split's first lowercased tokenized BLEU); runs whose seeds differ are refused."""
@@ -598,6 +598,11 @@ def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tm
     script = [sys.executable, str(ROOT / "scripts" / "paired_seeds.py"), *map(str, candidate), "--against", str(baseline[0])]
     result = run(script, timeout=120)
     assert result.returncode != 0 and "are not the baseline's" in result.stderr
+    from translate.core.errors import TranslateError
+    with pytest.raises(TranslateError, match="one side's runs name 2 presets"):  # a side mixes presets
+        paired_seeds.lines([candidate[0], baseline[1]], baseline[:2])
+    with pytest.raises(TranslateError, match="2 runs but 1 seeds scored"):  # one seed given twice
+        paired_seeds.lines([candidate[0], candidate[0]], baseline[:2])
 
 
 def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
