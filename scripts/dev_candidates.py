@@ -4,7 +4,8 @@ on dev, never on a test split): `translate table`'s rows as one JSON line per ru
 setting over its seeds. Each names the settings that differ between the runs given, the updates,
 the last validation's dev loss and greedy dev BLEU (and its update), the epochs trained (target
 tokens over the corpus's: comparable across vocabularies, where updates of as many tokens are not),
-and the dev BLEU at the alpha `translate tune` chose (its beam, its averaged weights).
+the model's parameters, the dev BLEU at the alpha `translate tune` chose (its beam, its averaged
+weights) and, where the baseline (the first run's settings) ran the same seed, that less the baseline's.
 
     .venv/bin/python scripts/dev_candidates.py /work/runs/seed8 /work/runs/cand-rdrop5-seed11
     .venv/bin/python scripts/dev_candidates.py RUN... --output docs/figures/multi30k_dev_candidates_zen5.jsonl --replace
@@ -47,6 +48,11 @@ def lines(runs: List[Path]) -> List[Dict]:
         out.append({"measurement": "dev_run", "label": Path(row["run"]).name, "run": row["run"], "setting": label,
                     "seed": seed, **differing, **{m: row.get(m) for m in MEASURES}, **_progress(record)})
         groups.setdefault(label, []).append({**row, table.SEED: seed})
+    # A candidate's run beside the baseline's run of its seed (the same batches): the paired difference.
+    baseline = {line["seed"]: line["tuned_dev_bleu"] for line in out if line["setting"] == "baseline"}
+    for line in out:
+        paired = line["setting"] != "baseline" and baseline.get(line["seed"]) is not None and line["tuned_dev_bleu"] is not None
+        line["tuned_dev_bleu_vs_baseline"] = line["tuned_dev_bleu"] - baseline[line["seed"]] if paired else None
     for label, group in groups.items():
         seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
         summary = {"measurement": "dev_candidate", "setting": label, "n": seeds["n"], "seeds": seeds[table.SEED]}
@@ -57,11 +63,13 @@ def lines(runs: List[Path]) -> List[Dict]:
 
 
 def _progress(record: run_record.RunRecord) -> Dict:
-    """The update of the run's last validation, and the epochs its training's target tokens make."""
+    """The update of the run's last validation, the epochs its training's target tokens make, and
+    the model's parameters (a candidate may change the model's size)."""
     corpus = record.data.train_tokens.target if record.data else None
     trained = record.training.target_tokens if record.training else None
     return {"dev_update": record.valid.update if record.valid else None,
-            "epochs": round(trained / corpus, 2) if trained and corpus else None}
+            "epochs": round(trained / corpus, 2) if trained and corpus else None,
+            "parameters": record.model.parameters if record.model else None}
 
 
 def main() -> None:

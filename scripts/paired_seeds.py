@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Two presets' runs paired by seed, from their run records alone: for the tuned dev split and
-each held-out split both scored, each seed's difference (candidate minus baseline), their mean
-and sample standard deviation, and on how many seeds the candidate was ahead.
+each held-out split, each seed's difference (candidate minus baseline), their mean and sample
+standard deviation, and on how many seeds the candidate was ahead. Both sides must have run the
+same seeds and scored the same splits: a comparison refuses what it could not pair.
 
 Runs of one seed share their batches and initial weights, so a difference within a seed is
 freer of the seed's luck than the difference of two means; the line states both presets and
@@ -87,6 +88,9 @@ def lines(candidate: List[Path], baseline: List[Path]) -> List[Dict[str, Any]]:
                     "mean_difference": statistics.mean(differences),
                     "sd_difference": sd(differences),
                     "candidate_ahead": sum(difference > 0 for difference in differences)})
+    missing = sorted(set(theirs["splits"]) - set(ours["splits"]))
+    if missing:  # else a split the candidate never scored would drop out of the comparison unsaid
+        raise TranslateError(f"{', '.join(missing)}: scored by the baseline's runs but not the candidate's")
     return out
 
 

@@ -570,10 +570,10 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
 
 
-def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates():
+def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tmp_path):
     """Two presets' kept runs paired by seed: each split's differences are the candidate's score
     minus the baseline's of the same seed, as the records hold them (tune's dev sacreBLEU at its
-    alpha; a test split's first lowercased tokenized BLEU); runs whose seeds differ are refused."""
+    alpha; a test split's first lowercased tokenized BLEU); runs whose seeds or splits differ are refused."""
     paired_seeds = script_module("paired_seeds")
     kept = ROOT / "docs" / "records-zen3"
     candidate = sorted(kept.glob("multi30k_lowercase_fitted_warmup-zen3-1t-seed*"))
@@ -603,16 +603,27 @@ def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates():
         paired_seeds.lines([candidate[0], baseline[1]], baseline[:2])
     with pytest.raises(TranslateError, match="2 runs but 1 seeds scored"):  # one seed given twice
         paired_seeds.lines([candidate[0], candidate[0]], baseline[:2])
+    # A split that only the baseline scored is refused too, not left out of the comparison.
+    unscored = []
+    for kept_run in candidate:
+        record = json.loads((kept_run / "run_record.json").read_text(encoding="utf-8"))
+        record["scores"] = [s for s in record["scores"] if s["hyp"] != "decode/test_2018_flickr.de"]
+        (tmp_path / kept_run.name).mkdir()
+        (tmp_path / kept_run.name / "run_record.json").write_text(json.dumps(record), encoding="utf-8")
+        unscored.append(tmp_path / kept_run.name)
+    with pytest.raises(TranslateError, match="test_2018_flickr: scored by the baseline's runs but not the candidate's"):
+        paired_seeds.lines(unscored, baseline)
 
 
 def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     """Runs of a baseline and a candidate: a line per run naming its differing setting, then one per
     setting with the mean and sd over its seeds, all from the records (tune's choice included, and
-    the epochs: the target tokens trained over the corpus's)."""
+    the epochs: the target tokens trained over the corpus's, and the model's parameters)."""
     import statistics
 
     dev_candidates = script_module("dev_candidates")
-    from translate.core.run_record import DataFacts, RunRecord, TrainingTotals, TrainTokens, Validation, VocabularyFacts
+    from translate.core.run_record import (DataFacts, ModelFacts, RunRecord, TrainingTotals, TrainTokens, Validation,
+                                           VocabularyFacts)
 
     def recorded(name, seed, rdrop, tuned):
         training = TrainingTotals(updates=100 * seed, seconds=60.0, model_flops=1e12, target_tokens=10**6,
@@ -621,7 +632,7 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
                          train_tokens=TrainTokens(source=240_000, target=250_000),
                          vocabulary=VocabularyFacts(size=8000, given=None, specials={"pad": 0}))
         record = RunRecord(settings={"train": {"seed": seed, "rdrop": rdrop}}, training=training, data=data,
-                           valid=Validation(update=100, metrics={"loss": 2.7, "nll": 1.6, "bleu": 40.0}))
+                           model=ModelFacts(parameters=1000 + seed), valid=Validation(update=100, metrics={"loss": 2.7, "nll": 1.6, "bleu": 40.0}))
         record.others["length_penalty"] = {"alpha": 1.0, "scores": [{"alpha": 0.6, "sacrebleu": 0.0},
                                                                     {"alpha": 1.0, "sacrebleu": tuned}]}
         record.save(tmp_path / name)
@@ -634,6 +645,7 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
         ("dev_candidate", "baseline"), ("dev_candidate", "train.rdrop=5.0")]
     assert lines[1]["label"] == "rd-11" and lines[1]["tuned_dev_bleu"] == 42.8 and lines[1]["updates"] == 1100
     assert lines[1]["epochs"] == 4.0 and lines[1]["dev_update"] == 100  # 10^6 target tokens trained, 250,000 a pass
+    assert [line["parameters"] for line in lines[:3]] == [1008, 1011, 1012]
     candidate = lines[-1]
     assert candidate["n"] == 2 and candidate["seeds"] == [11, 12]
     assert candidate["tuned_dev_bleu"] == statistics.mean([42.8, 43.2])
@@ -642,6 +654,8 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     # differ, but each line still names the seed, from the record.
     paired = dev_candidates.lines([recorded("base-13", 13, 0.0, 33.5), recorded("rd-13", 13, 5.0, 32.5)])
     assert [line["seed"] for line in paired[:2]] == [13, 13] and [line["seeds"] for line in paired[2:]] == [[13], [13]]
+    assert paired[1]["tuned_dev_bleu_vs_baseline"] == pytest.approx(32.5 - 33.5) and paired[0]["tuned_dev_bleu_vs_baseline"] is None
+    assert all(line["tuned_dev_bleu_vs_baseline"] is None for line in lines[:3])  # no baseline run of seeds 11 and 12
 
 
 def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_output(tmp_path):
