@@ -51,8 +51,9 @@ def lines(runs: List[Path]) -> List[Dict]:
     # A candidate's run beside the baseline's run of its seed (the same batches): the paired difference.
     baseline = {line["seed"]: line["tuned_dev_bleu"] for line in out if line["setting"] == "baseline"}
     for line in out:
-        paired = line["setting"] != "baseline" and baseline.get(line["seed"]) is not None and line["tuned_dev_bleu"] is not None
-        line["tuned_dev_bleu_vs_baseline"] = line["tuned_dev_bleu"] - baseline[line["seed"]] if paired else None
+        ours = line["tuned_dev_bleu"]
+        theirs = baseline.get(line["seed"]) if line["setting"] != "baseline" else None
+        line["tuned_dev_bleu_vs_baseline"] = ours - theirs if ours is not None and theirs is not None else None
     for label, group in groups.items():
         seeds = table.seeds_row(group)  # translate table's mean and sd over seeds
         summary = {"measurement": "dev_candidate", "setting": label, "n": seeds["n"], "seeds": seeds[table.SEED]}
