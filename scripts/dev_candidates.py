@@ -12,7 +12,8 @@ weights) and, where the baseline (the first run's settings) ran the same seed, t
 
 Lines: {"measurement": "dev_run", "label": the run folder's name, ...} for each run, then
 {"measurement": "dev_candidate", "setting": "train.rdrop=5.0" (the differing settings, or
-"baseline" where they are the first run's), "n": seeds, and each measure's mean and sd}. Page
+"baseline" where they are the first run's), "n": seeds, and each measure's mean and sd, and over the
+"paired_seeds" the baseline also ran, the mean and sd of "tuned_dev_bleu_vs_baseline"}. Page
 marks pick one: `dev_run[label=NAME]` or `dev_candidate[setting=...]` (scripts/fill_figures.py).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -59,6 +61,12 @@ def lines(runs: List[Path]) -> List[Dict]:
         summary = {"measurement": "dev_candidate", "setting": label, "n": seeds["n"], "seeds": seeds[table.SEED]}
         for measure in MEASURES:
             summary[measure], summary[f"{measure}_sd"] = seeds.get(measure), seeds.get(f"{measure}_std")
+        # Over the seeds the baseline also ran: the mean of the paired differences, and their sd.
+        paired = [line["tuned_dev_bleu_vs_baseline"] for line in out if line["measurement"] == "dev_run"
+                  and line["setting"] == label and line["tuned_dev_bleu_vs_baseline"] is not None]
+        summary["paired_seeds"] = len(paired)
+        summary["tuned_dev_bleu_vs_baseline"] = statistics.mean(paired) if paired else None
+        summary["tuned_dev_bleu_vs_baseline_sd"] = statistics.stdev(paired) if len(paired) > 1 else None
         out.append(summary)
     return out
 

@@ -71,9 +71,13 @@ def sd(values: List[float]) -> Optional[float]:
 
 def lines(candidate: List[Path], baseline: List[Path]) -> List[Dict[str, Any]]:
     ours, theirs = side(candidate), side(baseline)
+    # A split one side never scored would otherwise drop out of the comparison unsaid.
+    for split in sorted(set(ours["splits"]) ^ set(theirs["splits"])):
+        scored, unscored = ("candidate's", "baseline's") if split in ours["splits"] else ("baseline's", "candidate's")
+        raise TranslateError(f"{split}: scored by the {scored} runs but not the {unscored}")
     out = []
     for split, values in ours["splits"].items():
-        others = theirs["splits"].get(split, {})
+        others = theirs["splits"][split]
         if set(values) != set(others):
             raise TranslateError(f"{split}: the candidate's seeds {sorted(values)} are not the baseline's {sorted(others)}")
         seeds = sorted(values)
@@ -88,9 +92,6 @@ def lines(candidate: List[Path], baseline: List[Path]) -> List[Dict[str, Any]]:
                     "mean_difference": statistics.mean(differences),
                     "sd_difference": sd(differences),
                     "candidate_ahead": sum(difference > 0 for difference in differences)})
-    missing = sorted(set(theirs["splits"]) - set(ours["splits"]))
-    if missing:  # else a split the candidate never scored would drop out of the comparison unsaid
-        raise TranslateError(f"{', '.join(missing)}: scored by the baseline's runs but not the candidate's")
     return out
 
 

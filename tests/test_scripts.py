@@ -656,6 +656,12 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     assert [line["seed"] for line in paired[:2]] == [13, 13] and [line["seeds"] for line in paired[2:]] == [[13], [13]]
     assert paired[1]["tuned_dev_bleu_vs_baseline"] == pytest.approx(32.5 - 33.5) and paired[0]["tuned_dev_bleu_vs_baseline"] is None
     assert all(line["tuned_dev_bleu_vs_baseline"] is None for line in lines[:3])  # no baseline run of seeds 11 and 12
+    assert candidate["paired_seeds"] == 0 and candidate["tuned_dev_bleu_vs_baseline"] is None
+    # Two seeds each side: the setting's line has the mean and sd of its two paired differences.
+    two = dev_candidates.lines([recorded("b-13", 13, 0.0, 33.5), recorded("b-14", 14, 0.0, 34.0),
+                                recorded("c-13", 13, 5.0, 34.5), recorded("c-14", 14, 5.0, 34.2)])
+    assert two[-1]["paired_seeds"] == 2 and two[-1]["tuned_dev_bleu_vs_baseline"] == pytest.approx((1.0 + 0.2) / 2)
+    assert two[-1]["tuned_dev_bleu_vs_baseline_sd"] == pytest.approx(statistics.stdev([1.0, 0.2]))
 
 
 def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_output(tmp_path):
