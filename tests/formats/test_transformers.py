@@ -55,10 +55,9 @@ def teacher_forced_difference(checkpoint: Path, folder: Path, count: int) -> Tup
     return worst, compared
 
 
-def ended_before_cap(checkpoint: Path, count: int, beam_size: int = 1) -> Tuple[List[str], List[str]]:
+def ended_before_cap(translator: Translator, count: int, beam_size: int = 1) -> Tuple[List[str], List[str]]:
     """Of Multi30k's first `count` test sentences, those whose greedy (or beam_size's) output in
     ours ends before the length cap (where transformers' cap could differ), and those outputs."""
-    translator = Translator.from_checkpoint(checkpoint)
     sources, _ = multi30k_test(count)
     results = translator.search(sources, DecodeConfig(beam_size=beam_size))
     ended = [i for i, (hypotheses, ids) in enumerate(zip(results, translator.vocabulary.to_ids(sources)))
@@ -105,7 +104,7 @@ def test_greedy_translations_equal_decode(foreign_export, one_thread):
     from translate.formats.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
-    sources, ours = ended_before_cap(checkpoint, 1000)
+    sources, ours = ended_before_cap(Translator.from_checkpoint(checkpoint), 1000)
     assert len(sources) >= 500, f"only {len(sources)} outputs end before the cap: train the model longer"
     theirs = transformers_translate(folder, sources, DecodeConfig(beam_size=1))
     same = sum(a == b for a, b in zip(ours, theirs))
@@ -118,13 +117,14 @@ def test_pipeline_translates_as_decode(foreign_export, one_thread):
     from translate.formats.transformers import transformers_translate
 
     checkpoint, folder = foreign_export
-    sources, ours = ended_before_cap(checkpoint, 40)
+    translator = Translator.from_checkpoint(checkpoint)  # once, for greedy and the beam
+    sources, ours = ended_before_cap(translator, 40)
     assert len(sources) >= 20, f"only {len(sources)} outputs end before the cap: train the model longer"
     translate = transformers.pipeline("translation", model=str(folder))
     assert [r["translation_text"] for r in translate(sources, num_beams=1)] == ours
     # The beam's sentence too must end before the cap: a small model's beam can repeat a phrase up to
     # it, where the pipeline's cap and generate()'s differ (seen on a Zen 5, where greedy's first did).
-    ended, _ = ended_before_cap(checkpoint, 40, beam_size=4)
+    ended, _ = ended_before_cap(translator, 40, beam_size=4)
     assert ended, "no beam output ends before the cap: train the model longer"
     beam = translate(ended[0])[0]["translation_text"]
     assert beam and beam == transformers_translate(folder, ended[:1], DecodeConfig(beam_size=4))[0]
