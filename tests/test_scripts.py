@@ -471,6 +471,21 @@ def test_preset_chain_refuses_train_args_that_change_the_recipe(tmp_path):
     assert not run_dir.exists()
 
 
+def test_dev_candidate_refuses_a_seed_or_folder_given_twice_and_an_existing_folder(tmp_path):
+    """The seed and the run folder are the script's arguments: an override that sets them again is
+    refused in one line, before anything is made; an existing run folder is refused and left as it was."""
+    script = ROOT / "scripts" / "dev_candidate.sh"
+    run_dir = tmp_path / "run"
+    result = run(["bash", str(script), "multi30k_lowercase", "1", str(run_dir), "model.layers=6", "train.seed=2"], timeout=60)
+    assert result.returncode == 2 and result.stderr.strip() == "dev_candidate: train.seed=2 is set by the script's arguments"
+    assert not run_dir.exists()
+    run_dir.mkdir()
+    (run_dir / "kept").write_text("kept\n")
+    result = run(["bash", str(script), "multi30k_lowercase", "1", str(run_dir)], timeout=60)
+    assert result.returncode == 1 and "exists; give a new RUN_DIR" in result.stderr
+    assert [path.name for path in run_dir.iterdir()] == ["kept"]
+
+
 def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
     fill_figures = script_module("fill_figures")
     (tmp_path / "r.jsonl").write_text('{"measurement": "a", "speed": 0.5}\n{"measurement": "a", "speed": 0.9042, '
