@@ -2,7 +2,7 @@
 # One seed of a recipe candidate, on the dev split only (issue 53: a recipe is chosen on dev, never on
 # a test split): `translate train` with the candidate's overrides, then `translate tune` (alpha on dev),
 # both with the same config=. No test split is decoded. Beside the run's record, machine.txt keeps
-# lscpu, the commit, uncommitted changes, the command and its hours; scripts/dev_candidates.py reads the
+# lscpu, the commit, any ISA forced down, uncommitted changes, the command and its hours; scripts/dev_candidates.py reads the
 # records. Run the baseline the same way (no overrides) on the same seed, one after the other, alone.
 #
 #   scripts/dev_candidate.sh multi30k_lowercase 14 /work/runs/frozen-seed14
@@ -18,7 +18,7 @@ config=$1 seed=$2 run_dir=$3
 shift 3
 python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
 for arg in "$@"; do
-    # The seed and the folder are the script's; a split or a run folder given twice would not be this run.
+    # The config, the seed and the folder are the script's arguments; given again, the run would not be the one named.
     [[ $arg == train.seed=* || $arg == run_dir=* || $arg == config=* ]] && { echo "dev_candidate: $arg is set by the script's arguments" >&2; exit 2; }
 done
 if [[ -e $run_dir ]]; then
@@ -28,7 +28,8 @@ fi
 mkdir -p "$run_dir"
 common=("config=$config" "run_dir=$run_dir")
 checkout=$(dirname "$0")
-{ lscpu; echo "commit $(git -C "$checkout" rev-parse HEAD)"; git -C "$checkout" -c status.relativePaths=false status --short | sed 's/^/uncommitted: /'
+source "$checkout/machine_txt.sh"
+{ machine_txt "$checkout"; git -C "$checkout" -c status.relativePaths=false status --short | sed 's/^/uncommitted: /'
   echo "command: translate train ${common[*]} $* train.seed=$seed && translate tune ${common[*]}; dev only, no test split decoded"
   echo "started: $(date -u '+%Y-%m-%d %H:%M UTC')"; } >"$run_dir/machine.txt"
 "$python" -m translate train "${common[@]}" "$@" "train.seed=$seed"

@@ -30,8 +30,8 @@ if [[ -e $run_dir ]]; then
 fi
 mkdir -p "$run_dir"
 # The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
-{ lscpu; echo "commit $(git -C "$(dirname "$0")" rev-parse HEAD)"
-  env | grep -E '^(ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA|DNNL_MAX_CPU_ISA|MKL_ENABLE_INSTRUCTIONS|TRAIN_ARGS)=' || true; } >"$run_dir/machine.txt"
+source "$(dirname "$0")/machine_txt.sh"
+machine_txt "$(dirname "$0")" >"$run_dir/machine.txt"
 common=("config=$config" "run_dir=$run_dir")
 "$python" -m translate train "${common[@]}" "train.seed=$seed" ${train_args[@]+"${train_args[@]}"}
 "$python" -m translate tune "${common[@]}"

@@ -486,6 +486,17 @@ def test_dev_candidate_refuses_a_seed_or_folder_given_twice_and_an_existing_fold
     assert [path.name for path in run_dir.iterdir()] == ["kept"]
 
 
+def test_machine_txt_names_the_cpu_the_commit_and_an_isa_forced_down():
+    """The head of machine.txt that preset_chain.sh and dev_candidate.sh both write: lscpu, the
+    checkout's commit, and an ISA the environment forces down (an AVX2 hour's), and nothing else of the env."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "UNRELATED_SETTING": "1"}
+    result = run(["bash", "-c", f"source {ROOT / 'scripts' / 'machine_txt.sh'} && machine_txt {ROOT / 'scripts'}"], env=env, timeout=60)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines[0].startswith("Architecture:")
+    assert lines[-2:] == [f"commit {head}", "ATEN_CPU_CAPABILITY=avx2"]
+
+
 def test_fill_figures_writes_a_records_value_where_a_page_marks_it(tmp_path):
     fill_figures = script_module("fill_figures")
     (tmp_path / "r.jsonl").write_text('{"measurement": "a", "speed": 0.5}\n{"measurement": "a", "speed": 0.9042, '
