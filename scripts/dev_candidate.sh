@@ -9,33 +9,39 @@
 #   scripts/dev_candidate.sh multi30k_lowercase 14 /work/runs/layers6-seed14 model.layers=6
 #   scripts/dev_candidate.sh multi30k_lowercase 14 /work/runs/v4000-seed14 data.vocab_size=4000 tune.extend_to=5
 #
-# Overrides of tune.* go to `translate tune`, the rest to `translate train`. PYTHON defaults to the checkout's .venv. Refuses a RUN_DIR that exists (a candidate's seed runs once).
+# Overrides of tune.* go to `translate tune`, the rest to `translate train`. PYTHON defaults to the
+# checkout's .venv. Refuses a RUN_DIR that exists (a candidate's seed runs once).
 set -euo pipefail
-if [[ $# -lt 3 ]]; then
-    sed -n '2,13p' "$0" >&2
-    exit 2
-fi
-config=$1 seed=$2 run_dir=$3
-shift 3
-python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
-train_args=() tune_args=()
-for arg in "$@"; do
-    # The config, the seed and the folder are the script's arguments; given again, the run would not be the one named.
-    [[ $arg == train.seed=* || $arg == run_dir=* || $arg == config=* ]] && { echo "dev_candidate: $arg is set by the script's arguments" >&2; exit 2; }
-    # train would take tune.* and keep it unused in its config: tune, a process of its own, is the verb that reads it.
-    if [[ $arg == tune.* ]]; then tune_args+=("$arg"); else train_args+=("$arg"); fi
-done
-if [[ -e $run_dir ]]; then
-    echo "dev_candidate: $run_dir exists; give a new RUN_DIR" >&2
-    exit 1
-fi
-mkdir -p "$run_dir"
-common=("config=$config" "run_dir=$run_dir")
-checkout=$(dirname "$0")
-source "$checkout/machine_txt.sh"
-{ machine_txt "$checkout"; git -C "$checkout" -c status.relativePaths=false status --short | sed 's/^/uncommitted: /'
-  echo "command: translate train ${common[*]} ${train_args[*]} train.seed=$seed && translate tune ${common[*]} ${tune_args[*]}; dev only, no test split decoded"
-  echo "started: $(date -u '+%Y-%m-%d %H:%M UTC')"; } >"$run_dir/machine.txt"
-"$python" -m translate train "${common[@]}" "${train_args[@]}" "train.seed=$seed"
-"$python" -m translate tune "${common[@]}" "${tune_args[@]}"
-echo "ended: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$run_dir/machine.txt"
+# All in one function, called on the last line: bash reads a script as it runs it, so an edit to this
+# file during an hour's training would have the rest of the run read the edited text at the old offset.
+main() {
+    if [[ $# -lt 3 ]]; then
+        sed -n '2,13p' "$0" >&2
+        exit 2
+    fi
+    config=$1 seed=$2 run_dir=$3
+    shift 3
+    python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
+    train_args=() tune_args=()
+    for arg in "$@"; do
+        # The config, the seed and the folder are the script's arguments; given again, the run would not be the one named.
+        [[ $arg == train.seed=* || $arg == run_dir=* || $arg == config=* ]] && { echo "dev_candidate: $arg is set by the script's arguments" >&2; exit 2; }
+        # train would take tune.* and keep it unused in its config: tune, a process of its own, is the verb that reads it.
+        if [[ $arg == tune.* ]]; then tune_args+=("$arg"); else train_args+=("$arg"); fi
+    done
+    if [[ -e $run_dir ]]; then
+        echo "dev_candidate: $run_dir exists; give a new RUN_DIR" >&2
+        exit 1
+    fi
+    mkdir -p "$run_dir"
+    common=("config=$config" "run_dir=$run_dir")
+    checkout=$(dirname "$0")
+    source "$checkout/machine_txt.sh"
+    { machine_txt "$checkout"; git -C "$checkout" -c status.relativePaths=false status --short | sed 's/^/uncommitted: /'
+      echo "command: translate train ${common[*]} ${train_args[*]} train.seed=$seed && translate tune ${common[*]} ${tune_args[*]}; dev only, no test split decoded"
+      echo "started: $(date -u '+%Y-%m-%d %H:%M UTC')"; } >"$run_dir/machine.txt"
+    "$python" -m translate train "${common[@]}" ${train_args[@]+"${train_args[@]}"} "train.seed=$seed"
+    "$python" -m translate tune "${common[@]}" ${tune_args[@]+"${tune_args[@]}"}
+    echo "ended: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$run_dir/machine.txt"
+}
+main "$@"; exit

@@ -12,30 +12,35 @@
 # the recipe (e.g. 1, for two seeds at once, a core each); machine.txt and the record keep it.
 # Refuses a RUN_DIR that exists: a seed is run once, and its test splits scored once.
 set -euo pipefail
-if [[ $# -lt 3 ]]; then
-    sed -n '2,13p' "$0" >&2
-    exit 2
-fi
-config=$1 seed=$2 run_dir=$3
-splits=${4:-test test_2017_flickr test_2017_mscoco test_2018_flickr}
-python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
-read -r -a train_args <<<"${TRAIN_ARGS:-}"
-for arg in ${train_args[@]+"${train_args[@]}"}; do
-    # Only how many cores it uses: anything that changes the recipe would not be the preset's chain.
-    [[ $arg == train.threads=* ]] || { echo "preset_chain: TRAIN_ARGS takes train.threads only, not $arg" >&2; exit 2; }
-done
-if [[ -e $run_dir ]]; then
-    echo "preset_chain: $run_dir exists; a seed's test splits are scored once: give a new RUN_DIR" >&2
-    exit 1
-fi
-mkdir -p "$run_dir"
-# The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
-source "$(dirname "$0")/machine_txt.sh"
-machine_txt "$(dirname "$0")" >"$run_dir/machine.txt"
-common=("config=$config" "run_dir=$run_dir")
-"$python" -m translate train "${common[@]}" "train.seed=$seed" ${train_args[@]+"${train_args[@]}"}
-"$python" -m translate tune "${common[@]}"
-for split in $splits; do
-    "$python" -m translate decode "${common[@]}" "decode.split=$split"
-    "$python" -m translate bleu "${common[@]}" "decode.split=$split"
-done
+# All in one function, called on the last line: bash reads a script as it runs it, so an edit to this
+# file during an hour's training would have the rest of the run read the edited text at the old offset.
+main() {
+    if [[ $# -lt 3 ]]; then
+        sed -n '2,13p' "$0" >&2
+        exit 2
+    fi
+    config=$1 seed=$2 run_dir=$3
+    splits=${4:-test test_2017_flickr test_2017_mscoco test_2018_flickr}
+    python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
+    read -r -a train_args <<<"${TRAIN_ARGS:-}"
+    for arg in ${train_args[@]+"${train_args[@]}"}; do
+        # Only how many cores it uses: anything that changes the recipe would not be the preset's chain.
+        [[ $arg == train.threads=* ]] || { echo "preset_chain: TRAIN_ARGS takes train.threads only, not $arg" >&2; exit 2; }
+    done
+    if [[ -e $run_dir ]]; then
+        echo "preset_chain: $run_dir exists; a seed's test splits are scored once: give a new RUN_DIR" >&2
+        exit 1
+    fi
+    mkdir -p "$run_dir"
+    # The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
+    source "$(dirname "$0")/machine_txt.sh"
+    machine_txt "$(dirname "$0")" >"$run_dir/machine.txt"
+    common=("config=$config" "run_dir=$run_dir")
+    "$python" -m translate train "${common[@]}" "train.seed=$seed" ${train_args[@]+"${train_args[@]}"}
+    "$python" -m translate tune "${common[@]}"
+    for split in $splits; do
+        "$python" -m translate decode "${common[@]}" "decode.split=$split"
+        "$python" -m translate bleu "${common[@]}" "decode.split=$split"
+    done
+}
+main "$@"; exit

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -484,6 +485,61 @@ def test_dev_candidate_refuses_a_seed_or_folder_given_twice_and_an_existing_fold
     result = run(["bash", str(script), "multi30k_lowercase", "1", str(run_dir)], timeout=60)
     assert result.returncode == 1 and "exists; give a new RUN_DIR" in result.stderr
     assert [path.name for path in run_dir.iterdir()] == ["kept"]
+
+
+def fake_python(folder, block_first_call=False):
+    """A PYTHON for the chain scripts that writes each call's arguments to folder/calls; with
+    block_first_call, the first call waits for folder/go (a training the test can edit beside)."""
+    script = folder / "python"
+    wait = (f'if [ "$(wc -l < {folder}/calls)" = 1 ]; then while [ ! -e {folder}/go ]; do sleep 0.05; done; fi\n'
+            if block_first_call else "")
+    script.write_text(f'#!/bin/sh\necho "$@" >> {folder}/calls\n{wait}')
+    script.chmod(0o755)
+    return script
+
+
+def test_dev_candidate_gives_tune_overrides_to_tune_and_the_rest_to_train(tmp_path):
+    """train would take tune.extend_to and leave it unused in its config; tune is the verb that reads it."""
+    python = fake_python(tmp_path)
+    run_dir = tmp_path / "run"
+    result = run(["bash", str(ROOT / "scripts" / "dev_candidate.sh"), "multi30k_lowercase", "3", str(run_dir),
+                  "data.vocab_size=4000", "tune.extend_to=5"], env={**os.environ, "PYTHON": str(python)}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    common = f"config=multi30k_lowercase run_dir={run_dir}"
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        f"-m translate train {common} data.vocab_size=4000 train.seed=3", f"-m translate tune {common} tune.extend_to=5"]
+    assert "ended: " in (run_dir / "machine.txt").read_text()
+
+
+@pytest.mark.parametrize("name, calls", [("dev_candidate.sh", ["train", "tune"]),
+                                         ("preset_chain.sh", ["train", "tune", "decode", "bleu"])])
+def test_chain_scripts_run_to_their_end_when_edited_during_the_training(tmp_path, name, calls):
+    """Bash reads a script as it runs it: a copy of the script edited in place while its training
+    runs (lines added at its top) must not change what the rest of the run does."""
+    checkout = tmp_path / "scripts"
+    checkout.mkdir()
+    for script in (name, "machine_txt.sh"):
+        (checkout / script).write_bytes((ROOT / "scripts" / script).read_bytes())
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    python = fake_python(tmp_path, block_first_call=True)
+    arguments = ["test"] if name == "preset_chain.sh" else []
+    process = subprocess.Popen(["bash", str(checkout / name), "multi30k_lowercase", "3", str(tmp_path / "run"), *arguments],
+                               env={**os.environ, "PYTHON": str(python)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (tmp_path / "calls").exists():
+                break
+            time.sleep(0.05)
+        edited = checkout / name
+        text = edited.read_text()
+        with open(edited, "r+") as same_file:  # the same inode, as an editor that writes in place would
+            same_file.write("#!/usr/bin/env bash\n# an edit\n" * 3 + text.split("\n", 1)[1])
+        (tmp_path / "go").touch()
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert [line.split()[2] for line in (tmp_path / "calls").read_text().splitlines()] == calls
 
 
 def test_machine_txt_names_the_cpu_the_commit_and_an_isa_forced_down():
