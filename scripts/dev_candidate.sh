@@ -12,13 +12,9 @@
 # Overrides of tune.* go to `translate tune`, the rest to `translate train`. PYTHON defaults to the
 # checkout's .venv. Refuses a RUN_DIR that exists (a candidate's seed runs once).
 set -euo pipefail
-# All in one function, called on the last line: bash reads a script as it runs it, so an edit to this
-# file during an hour's training would have the rest of the run read the edited text at the old offset.
+# In one function called on the last line, as preset_chain.sh: an edit during the hour cannot change the rest.
 main() {
-    if [[ $# -lt 3 ]]; then
-        sed -n '2,13p' "$0" >&2
-        exit 2
-    fi
+    [[ $# -ge 3 ]] || { sed -n '2,13p' "$0" >&2; exit 2; }  # the usage above
     config=$1 seed=$2 run_dir=$3
     shift 3
     python=${PYTHON:-$(dirname "$0")/../.venv/bin/python}
