@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import MULTI30K, ROOT, need, run, script_module, small_run, torchrun
+from tests.conftest import MULTI30K, ROOT, cli, need, run, script_module, small_run, torchrun
 
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 
@@ -780,3 +780,61 @@ def test_bench_make_test_names_a_failed_install_in_one_line(tmp_path):
     result = run([sys.executable, str(ROOT / "scripts" / "bench_make_test.py"), "--tree", str(tree)], timeout=120)
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.strip().splitlines() == ["bench_make_test: make install failed (2): no wheel for you"], result.stderr
+
+
+def test_average_windows_scores_each_average_as_tune_would_and_leaves_the_run_as_it_was(tmp_path):
+    """The last N checkpoints averaged by hand and decoded apart, scored by sacrebleu: the script's
+    scores for N=1 and N=3; the run's files (its record, its average) unchanged."""
+    import datasets
+    import sacrebleu
+    import torch
+
+    from translate.checkpoint import Checkpoint
+    from translate.core.config import DecodeConfig
+    from translate.translator import Translator
+
+    overrides = small_run(tmp_path, "train.max_steps=3", "train.log_every=1", "checkpoint.every_steps=1",
+                          "checkpoint.every_minutes=null", "valid.every_steps=0")
+    run(cli("train", *overrides), check=True, timeout=300)
+    run_dir = tmp_path / "run"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    numbered = sorted(run_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    assert len(numbered) == 3
+    settings = [o for o in overrides if not o.startswith(("config=", "run_dir="))]
+    result = run([sys.executable, str(ROOT / "scripts" / "average_windows.py"), str(run_dir), "--windows", "1", "3",
+                  "--config", "tiny", "--set", *settings, "tune.alphas=[0.0,1.0]", "tune.extend_to=0",
+                  "tune.sentences=40"], check=True, timeout=300)
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(line["measurement"], line["average_last"]) for line in lines] == [
+        ("average_window", 1), ("average_window", 3), ("average_window_summary", 1), ("average_window_summary", 3)]
+    assert (lines[0]["first"], lines[0]["last"], lines[1]["first"], lines[1]["last"]) == (3, 3, 1, 3)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+    rows = datasets.load_dataset(str(MULTI30K), "de-en", split="validation")["translation"][:40]
+    loaded = [Checkpoint.load(p) for p in numbered]
+    by_hand = Checkpoint.load(numbered[-1])
+    by_hand.model = {name: torch.stack([c.model[name].double() for c in loaded]).mean(0).to(t.dtype)
+                     for name, t in by_hand.model.items()}
+    by_hand.save(tmp_path / "by_hand.pt")
+    for line, path in ((lines[0], numbered[-1]), (lines[1], tmp_path / "by_hand.pt")):
+        translator = Translator.from_checkpoint(path)
+        for score in line["scores"]:
+            hypotheses = translator.translate([r["en"] for r in rows], DecodeConfig(length_penalty=score["alpha"]))
+            bleu = sacrebleu.corpus_bleu(hypotheses, [[r["de"] for r in rows]])
+            assert (score["sacrebleu"], score["bp"]) == (round(bleu.score, 2), round(bleu.bp, 4))
+    # The two averages translate differently (else the comparison above could not tell them apart).
+    assert [s["ratio"] for s in lines[0]["scores"]] != [s["ratio"] for s in lines[1]["scores"]]
+    assert lines[1]["vs_first_window"] == round(lines[1]["tuned_dev_bleu"] - lines[0]["tuned_dev_bleu"], 2)
+
+
+def test_average_windows_refuses_a_folder_without_checkpoints_and_an_existing_output(tmp_path):
+    script = str(ROOT / "scripts" / "average_windows.py")
+    result = run([sys.executable, script, str(tmp_path)], timeout=120)
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
+        f"average_windows.py: error: {tmp_path} holds no numbered checkpoints (checkpoint_<update>.pt) to average")
+    (tmp_path / "checkpoint_5.pt").write_bytes(b"")
+    output = tmp_path / "lines.jsonl"
+    output.write_text("kept\n")
+    result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
+    assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
+    assert output.read_text() == "kept\n"

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from translate import averaging
 from translate.checkpoint import GenerationSettings
@@ -40,6 +40,24 @@ def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
     if problem:
         raise TranslateError(f"cannot write the chosen settings beside {path}: {problem}")
     translator = Translator.from_checkpoint(path)
+    scores, sentences = dev_scores(cfg, translator, path)
+    best = best_score(scores)
+    print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
+          f"translate decode uses it unless decode.length_penalty is given")
+    assert translator.identity is not None  # read from a checkpoint
+    chosen = GenerationSettings(best["alpha"], cfg.decode.beam_size, translator.identity, split=cfg.data.valid_split,
+                                sentences=sentences, scores=scores, command=(command or CommandLine("tune")).text())
+    log.info(f"wrote {chosen.write(path)}: decode, export and plot of these weights use alpha {best['alpha']}")
+    entry = {"alpha": best["alpha"], "split": chosen.split, "sentences": chosen.sentences, "checkpoint": str(path),
+             "beam_size": chosen.beam_size, "scores": scores, "command": chosen.command, "weights": chosen.as_dict()["weights"]}
+    run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
+    return best["alpha"]
+
+
+def dev_scores(cfg: TranslateConfig, translator: Translator, path: Path) -> Tuple[List[Dict[str, Any]], int]:
+    """Every alpha's score on the dev split (tune.alphas, extended while the largest is best)
+    for the weights `translator` holds (read from `path`), and how many sentences were decoded;
+    writes nothing (scripts/average_windows.py scores other averages of a run with it)."""
     corpus = load_corpus(cfg.data, cfg.data.valid_split)
     sources, references = corpus.pairs()
     references = translator.references(references)
@@ -49,20 +67,10 @@ def tune(cfg: TranslateConfig, command: Optional[CommandLine] = None) -> float:
              f"(beam {cfg.decode.beam_size}, checkpoint {path})")
     scores = search_alphas(cfg.tune.alphas, cfg.tune.extend_to,
                            lambda alpha: _score(translator, sources, references, cfg, alpha))
-    best = _best(scores)
-    print(f"chosen: alpha {best['alpha']} (sacreBLEU {best['sacrebleu']:.2f}, BP {best['bp']:.3f}); "
-          f"translate decode uses it unless decode.length_penalty is given")
-    assert translator.identity is not None  # read from a checkpoint
-    chosen = GenerationSettings(best["alpha"], cfg.decode.beam_size, translator.identity, split=cfg.data.valid_split,
-                                sentences=len(sources), scores=scores, command=(command or CommandLine("tune")).text())
-    log.info(f"wrote {chosen.write(path)}: decode, export and plot of these weights use alpha {best['alpha']}")
-    entry = {"alpha": best["alpha"], "split": chosen.split, "sentences": chosen.sentences, "checkpoint": str(path),
-             "beam_size": chosen.beam_size, "scores": scores, "command": chosen.command, "weights": chosen.as_dict()["weights"]}
-    run_record.record_length_penalty(Path(cfg.run_dir), path, entry)
-    return best["alpha"]
+    return scores, len(sources)
 
 
-def _best(scores: List[Dict[str, Any]]) -> Dict[str, Any]:
+def best_score(scores: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The best sacreBLEU; of equal ones, the alpha nearest the paper's."""
     return max(scores, key=lambda s: (s["sacrebleu"], -abs(s["alpha"] - PAPER_LENGTH_PENALTY)))
 
@@ -76,7 +84,7 @@ def search_alphas(alphas: Sequence[float], extend_to: float, score: Callable[[fl
     step = grid[-1] - grid[-2] if len(grid) > 1 and grid[-1] > grid[-2] else 0.5
     while True:
         largest = max(s["alpha"] for s in scores)
-        if _best(scores)["alpha"] != largest:
+        if best_score(scores)["alpha"] != largest:
             return scores
         following = round(largest + step, 6)
         if not extend_to or following > extend_to + 1e-9:
