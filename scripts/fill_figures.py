@@ -6,7 +6,7 @@ marks as
 
 gets the value at KEY (dotted for nested objects) of the last JSON line in FILE whose
 "measurement" is MEASUREMENT, formatted with FORMAT (Python's format spec, default: as is; a
-trailing x or % is kept: ".2fx" writes 0.90x). MEASUREMENT[FIELD=VALUE] takes the last such line
+trailing x or % is kept: ".2fx" writes 0.90x). MEASUREMENT[FIELD=VALUE] (or [F=V,G=W]: each of them) takes the last such line
 whose FIELD is VALUE too (one split of a file with a line per split). Test scores have their own
 marks, which scripts/results_tables.py --fill writes from the run records.
 
@@ -36,22 +36,24 @@ class MissingValue(LookupError):
     """A mark that names a file, measurement or key the records do not hold."""
 
 
-SELECTOR = re.compile(r"([^\[\]]+)(?:\[(\w+)=([^\]]*)\])?$")
+SELECTOR = re.compile(r"([^\[\]]+)(?:\[(\w+=[^\],]*(?:,\w+=[^\],]*)*)\])?$")
 
 
 def last_record(file: Path, measurement: str, cache: Dict[Path, List[Dict[str, Any]]]) -> Dict[str, Any]:
-    """The last line of file whose measurement is measurement's name and, for name[field=value],
-    whose field is value (compared as text, so that split=test and seed=5 both read as written)."""
+    """The last line of file whose measurement is measurement's name and, for
+    name[field=value,...], whose every such field is its value (compared as text, so that
+    split=test and seed=5 both read as written)."""
     if file not in cache:
         if not file.is_file():
             raise MissingValue(f"no record file {file}")
         cache[file] = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
     selector = SELECTOR.match(measurement)
     if not selector:
-        raise MissingValue(f"{measurement!r} is not MEASUREMENT or MEASUREMENT[FIELD=VALUE]")
-    name, field, value = selector.groups()
+        raise MissingValue(f"{measurement!r} is not MEASUREMENT or MEASUREMENT[FIELD=VALUE,...]")
+    name, conditions = selector.groups()
+    wanted = [condition.split("=", 1) for condition in conditions.split(",")] if conditions else []
     found = [record for record in cache[file] if record.get("measurement") == name
-             and (field is None or field in record and str(record[field]) == value)]
+             and all(field in record and str(record[field]) == value for field, value in wanted)]
     if not found:
         raise MissingValue(f"{file} has no measurement {measurement!r}")
     return found[-1]

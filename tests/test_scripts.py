@@ -581,6 +581,13 @@ def test_fill_figures_takes_the_line_a_field_selects(tmp_path):
                     "<!-- value r.jsonl t bleu -->33.2<!-- /value -->")
     with pytest.raises(fill_figures.MissingValue, match=r"no measurement 't\[split=dev\]'"):
         fill_figures.fill("<!-- value r.jsonl t[split=dev] bleu -->?<!-- /value -->", tmp_path)
+    # Several fields, each of which must match: the line of one run and one window.
+    (tmp_path / "w.jsonl").write_text("".join(json.dumps({"measurement": "w", "label": label, "n": n, "bleu": bleu}) + "\n"
+                                              for label, n, bleu in (("a", 10, 1.0), ("a", 20, 2.0), ("b", 10, 3.0))))
+    text, _ = fill_figures.fill("<!-- value w.jsonl w[label=a,n=10] bleu -->?<!-- /value -->", tmp_path)
+    assert text == "<!-- value w.jsonl w[label=a,n=10] bleu -->1.0<!-- /value -->"
+    with pytest.raises(fill_figures.MissingValue, match="no measurement"):
+        fill_figures.fill("<!-- value w.jsonl w[label=b,n=20] bleu -->?<!-- /value -->", tmp_path)
 
 
 @pytest.mark.slow  # make test-slow, to keep the default suite under 10 minutes on an AVX2 Zen 1: a benchmark's own test
