@@ -44,14 +44,14 @@ def side(runs: List[Path]) -> Dict[str, Any]:
     """One side's preset and, per split, {seed: value}: the tuned dev score and each held-out split's."""
     presets = set()
     splits: Dict[str, Dict[int, float]] = {}
-    for run in runs:
-        record = run_record.RunRecord.load(run)
+    records = {run: run_record.RunRecord.load(run) for run in runs}  # read once, for both loops
+    for run, record in records.items():
         presets.add(results_tables.preset_of(record))
         seed = record.setting("train", "seed")
         tuned, _ = table.tuned(record)
         if tuned is not None:
             splits.setdefault(DEV, {})[seed] = tuned
-    for row in results_tables.rows(runs):
+    for row in results_tables.rows(runs, loaded=records):
         for entry in row["runs"]:
             splits.setdefault(row["split"], {})[entry["seed"]] = entry["value"]
     if len(presets) != 1:

@@ -92,12 +92,14 @@ def run_entry(run: Path, record: RunRecord, scorings: List[Score], metric: str, 
     return entry
 
 
-def rows(runs: List[Path], metric: str = "literature", which: str = "first") -> List[Dict[str, Any]]:
+def rows(runs: List[Path], metric: str = "literature", which: str = "first",
+         loaded: Optional[Dict[Path, RunRecord]] = None) -> List[Dict[str, Any]]:
     """One row per recipe and held-out split: the mean and sample standard deviation over its
-    runs (None below two), each run's entry, and the most times any of them scored the split."""
+    runs (None below two), each run's entry, and the most times any of them scored the split.
+    `loaded`: the runs' records where the caller has read them already."""
     groups: Dict[Tuple[str, str, str], List[Dict[str, Any]]] = {}
     for run in runs:
-        record = RunRecord.load(run)
+        record = loaded[run] if loaded and run in loaded else RunRecord.load(run)
         by_split: Dict[str, List[Score]] = {}
         for score in record.scores or []:
             split, held_out = split_of(score, record)

@@ -659,7 +659,7 @@ def test_compare_trees_preset_alternates_the_trees_and_reads_each_run(tmp_path, 
     assert [line["ratio"] for line in lines if line["measurement"] == "preset_round"] == [1.5, 1.455]
 
 
-def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tmp_path):
+def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tmp_path, monkeypatch):
     """Two presets' kept runs paired by seed: each split's differences are the candidate's score
     minus the baseline's of the same seed, as the records hold them (tune's dev sacreBLEU at its
     alpha; a test split's first lowercased tokenized BLEU); runs whose seeds or splits differ are refused."""
@@ -677,7 +677,13 @@ def test_paired_seeds_subtracts_each_seeds_baseline_score_from_the_candidates(tm
         first = next(s for s in record["scores"] if s["hyp"] == f"decode/{split}.de")
         return first["scores"]["lowercased_tokenized_bleu"]["value"]
 
+    from translate.core.run_record import RunRecord
+    loads = []
+    original_load = RunRecord.load.__func__
+    monkeypatch.setattr(RunRecord, "load", classmethod(lambda cls, run: loads.append(run) or original_load(cls, run)))
     lines = {line["split"]: line for line in paired_seeds.lines(candidate, baseline)}
+    assert sorted(loads) == sorted(candidate + baseline)  # each record read once
+    monkeypatch.undo()
     assert set(lines) == {"tuned_dev", "test", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"}
     for split, line in lines.items():
         expected = [by_hand(ours, split) - by_hand(theirs, split) for ours, theirs in zip(candidate, baseline)]
