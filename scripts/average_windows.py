@@ -11,7 +11,8 @@ test split is decoded.
 
 Lines: {"measurement": "average_window", "label": the run folder's name, "average_last": N,
 "first"/"last": the updates of the oldest and newest checkpoint averaged, "tuned_dev_bleu", "alpha",
-"bp", "vs_first_window": that less the first window's (the run's own, so paired), every alpha's
+"bp", "vs_first_window": that less the first window's (the run's own, so paired; None where the run
+has too few checkpoints for the first window), every alpha's
 "scores", the machine and the commit}, then per window over the runs {"measurement":
 "average_window_summary", "average_last": N, "runs", "vs_first_window" mean and "_sd", "ahead": runs
 where it beat the first window}. A run with fewer than N checkpoints gets no line for N.
@@ -30,6 +31,7 @@ from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # bench_fairseq, where a test loads this file as a module
 
 from bench_fairseq import commit, machine  # noqa: E402
 from translate import averaging  # noqa: E402
@@ -61,8 +63,9 @@ def run_lines(run: Path, windows: List[int], overrides: List[str], scratch: Path
                       "split": cfg.data.valid_split, "sentences": sentences, "beam_size": cfg.decode.beam_size,
                       "scores": scores, "machine": machine(), "commit": commit()})
         path.unlink()
-    for line in lines:
-        line["vs_first_window"] = round(line["tuned_dev_bleu"] - lines[0]["tuned_dev_bleu"], 2)
+    first = next((line["tuned_dev_bleu"] for line in lines if line["average_last"] == windows[0]), None)
+    for line in lines:  # None where the run has too few checkpoints for the reference window
+        line["vs_first_window"] = None if first is None else round(line["tuned_dev_bleu"] - first, 2)
     return lines
 
 
@@ -70,7 +73,9 @@ def summaries(lines: List[Dict]) -> List[Dict]:
     """Per window, over the runs: the mean and sd of its difference from each run's first window."""
     out = []
     for count in dict.fromkeys(line["average_last"] for line in lines):
-        gains = [line["vs_first_window"] for line in lines if line["average_last"] == count]
+        gains = [line["vs_first_window"] for line in lines if line["average_last"] == count and line["vs_first_window"] is not None]
+        if not gains:
+            continue
         out.append({"measurement": "average_window_summary", "average_last": count, "runs": len(gains),
                     "vs_first_window": round(statistics.mean(gains), 2),
                     "vs_first_window_sd": round(statistics.stdev(gains), 2) if len(gains) > 1 else None,

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import statistics
 import time
 
 import pytest
@@ -851,3 +852,16 @@ def test_average_windows_refuses_a_folder_without_checkpoints_and_an_existing_ou
     result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
     assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
     assert output.read_text() == "kept\n"
+
+
+def test_average_windows_summary_pairs_each_window_with_its_runs_own_first():
+    """Per window, the mean and sd of each run's difference from its own first window; a run that
+    lacked the first window (None) is left out of the summary, not compared with another window."""
+    average_windows = script_module("average_windows")
+    lines = [{"average_last": 10, "vs_first_window": 0.0}, {"average_last": 20, "vs_first_window": -0.2},
+             {"average_last": 10, "vs_first_window": 0.0}, {"average_last": 20, "vs_first_window": 0.4},
+             {"average_last": 20, "vs_first_window": None}]
+    summary = {line["average_last"]: line for line in average_windows.summaries(lines)}
+    assert summary[20]["runs"] == 2 and summary[20]["vs_first_window"] == 0.1 and summary[20]["ahead"] == 1
+    assert summary[20]["vs_first_window_sd"] == round(statistics.stdev([-0.2, 0.4]), 2)
+    assert summary[10]["vs_first_window"] == 0.0 and summary[10]["ahead"] == 0
