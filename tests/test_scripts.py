@@ -760,6 +760,15 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
     assert two[-1]["tuned_dev_bleu_vs_baseline_sd"] == pytest.approx(statistics.stdev([1.0, 0.2]))
 
 
+def refuses_to_write_over_an_output(script: str, tmp_path) -> None:
+    """SCRIPT RUN --output FILE, FILE existing: a non-zero exit naming --replace, FILE as it was."""
+    output = tmp_path / "lines.jsonl"
+    output.write_text("kept\n")
+    result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
+    assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
+    assert output.read_text() == "kept\n"
+
+
 def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_output(tmp_path):
     """One line naming the problem and a non-zero exit; an existing --output stays as it was."""
     script = str(ROOT / "scripts" / "dev_candidates.py")
@@ -767,11 +776,7 @@ def test_dev_candidates_refuses_a_folder_that_is_not_a_run_and_an_existing_outpu
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [
         f"dev_candidates.py: error: {tmp_path / 'missing'} is not a run: it has no run_record.json "
         "(translate train writes one), nor has any folder below it"]
-    output = tmp_path / "lines.jsonl"
-    output.write_text("kept\n")
-    result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
-    assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
-    assert output.read_text() == "kept\n"
+    refuses_to_write_over_an_output(script, tmp_path)
 
 
 def test_bench_make_test_reads_pytests_summary_line():
@@ -847,11 +852,7 @@ def test_average_windows_refuses_a_folder_without_checkpoints_and_an_existing_ou
     assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
         f"average_windows.py: error: {tmp_path} holds no numbered checkpoints (checkpoint_<update>.pt) to average")
     (tmp_path / "checkpoint_5.pt").write_bytes(b"")
-    output = tmp_path / "lines.jsonl"
-    output.write_text("kept\n")
-    result = run([sys.executable, script, str(tmp_path), "--output", str(output)], timeout=120)
-    assert result.returncode != 0 and "exists (--replace writes over it)" in result.stderr
-    assert output.read_text() == "kept\n"
+    refuses_to_write_over_an_output(script, tmp_path)
 
 
 def test_average_windows_summary_pairs_each_window_with_its_runs_own_first():
