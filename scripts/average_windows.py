@@ -35,15 +35,15 @@ sys.path.insert(0, str(ROOT / "scripts"))  # bench_fairseq, where a test loads t
 
 from bench_fairseq import commit, machine  # noqa: E402
 from translate import averaging  # noqa: E402
-from translate.checkpoint import Checkpoint  # noqa: E402
 from translate.core import paths  # noqa: E402
 from translate.hydra_cli import load_config  # noqa: E402
 from translate.translator import Translator  # noqa: E402
 from translate.verbs import tune  # noqa: E402
 
 
-def run_lines(run: Path, windows: List[int], overrides: List[str], scratch: Path) -> List[Dict]:
-    """One line per window for one run (windows longer than its checkpoints left out)."""
+def run_lines(run: Path, windows: List[int], overrides: List[str], scratch: Path, where: Dict[str, str]) -> List[Dict]:
+    """One line per window for one run (windows longer than its checkpoints left out); `where`:
+    the machine and commit every line names."""
     cfg = load_config("tune", [f"run_dir={run}", *overrides])
     numbered = paths.numbered_checkpoints(run)
     lines: List[Dict] = []
@@ -53,15 +53,16 @@ def run_lines(run: Path, windows: List[int], overrides: List[str], scratch: Path
             continue
         sources = numbered[-count:]
         path = scratch / f"{run.name}-average{count}.pt"
-        averaging.average(sources).save(path)
+        averaged = averaging.average(sources)
+        averaged.save(path)
         with contextlib.redirect_stdout(sys.stderr):  # tune's line per alpha: stdout holds the JSON lines alone
             scores, sentences = tune.dev_scores(cfg, Translator.from_checkpoint(path), path)
         best = tune.best_score(scores)
         lines.append({"measurement": "average_window", "label": run.name, "average_last": count,
-                      "first": Checkpoint.load(sources[0]).step, "last": Checkpoint.load(sources[-1]).step,
+                      "first": paths.numbered_update(sources[0]), "last": averaged.step,
                       "tuned_dev_bleu": best["sacrebleu"], "alpha": best["alpha"], "bp": best["bp"],
                       "split": cfg.data.valid_split, "sentences": sentences, "beam_size": cfg.decode.beam_size,
-                      "scores": scores, "machine": machine(), "commit": commit()})
+                      "scores": scores, **where})
         path.unlink()
     first = next((line["tuned_dev_bleu"] for line in lines if line["average_last"] == windows[0]), None)
     for line in lines:  # None where the run has too few checkpoints for the reference window
@@ -100,9 +101,10 @@ def main() -> None:
     if args.output and args.output.exists() and not args.replace:
         parser.error(f"{args.output} exists (--replace writes over it)")
     lines: List[Dict] = []
+    where = {"machine": machine(), "commit": commit()}
     with tempfile.TemporaryDirectory(prefix="average-windows-") as scratch:
         for run in args.runs:
-            found = run_lines(run.resolve(), args.windows, [f"config={args.config}", *args.set], Path(scratch))
+            found = run_lines(run.resolve(), args.windows, [f"config={args.config}", *args.set], Path(scratch), where)
             for line in found:
                 print(json.dumps(line), flush=True)
             lines += found

@@ -66,6 +66,7 @@ def test_numbered_order_and_prune(tmp_path):
         write_model(tmp_path / f"checkpoint_{step}.pt", seed=step, step=step)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")
     assert [p.name for p in paths.numbered_checkpoints(tmp_path)] == [f"checkpoint_{s}.pt" for s in (2, 10, 30, 100)]
+    assert [paths.numbered_update(tmp_path / name) for name in ("checkpoint_30.pt", "checkpoint_last.pt", "checkpoint_3a.pt")] == [30, None, None]
     checkpoint.prune(tmp_path, keep_last=2)
     assert [p.name for p in paths.numbered_checkpoints(tmp_path)] == ["checkpoint_30.pt", "checkpoint_100.pt"]
     assert (tmp_path / "checkpoint_last.pt").exists()

@@ -809,6 +809,7 @@ def test_average_windows_scores_each_average_as_tune_would_and_leaves_the_run_as
     import torch
 
     from translate.checkpoint import Checkpoint
+    from translate.core import paths
     from translate.core.config import DecodeConfig
     from translate.translator import Translator
 
@@ -817,7 +818,7 @@ def test_average_windows_scores_each_average_as_tune_would_and_leaves_the_run_as
     run(cli("train", *overrides), check=True, timeout=300)
     run_dir = tmp_path / "run"
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
-    numbered = sorted(run_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    numbered = paths.numbered_checkpoints(run_dir)
     assert len(numbered) == 3
     settings = [o for o in overrides if not o.startswith(("config=", "run_dir="))]
     result = run([sys.executable, str(ROOT / "scripts" / "average_windows.py"), str(run_dir), "--windows", "1", "3",

@@ -39,9 +39,15 @@ def numbered_checkpoint(run_dir: Path, step: int) -> Path:
     return run_dir / f"checkpoint_{step}.pt"
 
 
+def numbered_update(path: Path) -> Optional[int]:
+    """The update a numbered checkpoint's name holds (checkpoint_<update>.pt); None for another name."""
+    matched = _NUMBERED.fullmatch(path.name)
+    return int(matched.group(1)) if matched else None
+
+
 def numbered_checkpoints(run_dir: Path) -> List[Path]:
     """The numbered checkpoints in run_dir (checkpoint_<update>.pt), oldest first."""
-    found = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint_*.pt") if (m := _NUMBERED.fullmatch(p.name))]
+    found = [(update, p) for p in run_dir.glob("checkpoint_*.pt") if (update := numbered_update(p)) is not None]
     return [p for _, p in sorted(found)]
 
 
