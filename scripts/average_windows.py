@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # bench_fairseq, where a test loads t
 from bench_fairseq import commit, machine  # noqa: E402
 from translate import averaging  # noqa: E402
 from translate.core import paths  # noqa: E402
+from translate.core.errors import TranslateError  # noqa: E402
 from translate.hydra_cli import load_config  # noqa: E402
 from translate.translator import Translator  # noqa: E402
 from translate.verbs import tune  # noqa: E402
@@ -104,7 +105,10 @@ def main() -> None:
     where = {"machine": machine(), "commit": commit()}
     with tempfile.TemporaryDirectory(prefix="average-windows-") as scratch:
         for run in args.runs:
-            found = run_lines(run.resolve(), args.windows, [f"config={args.config}", *args.set], Path(scratch), where)
+            try:  # a damaged checkpoint, a bad setting: one line, as the verbs say it
+                found = run_lines(run.resolve(), args.windows, [f"config={args.config}", *args.set], Path(scratch), where)
+            except TranslateError as error:
+                parser.exit(1, f"average_windows.py: error: {error}\n")
             for line in found:
                 print(json.dumps(line), flush=True)
             lines += found

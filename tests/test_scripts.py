@@ -854,6 +854,9 @@ def test_average_windows_refuses_a_folder_without_checkpoints_and_an_existing_ou
         f"average_windows.py: error: {tmp_path} holds no numbered checkpoints (checkpoint_<update>.pt) to average")
     (tmp_path / "checkpoint_5.pt").write_bytes(b"")
     refuses_to_write_over_an_output(script, tmp_path)
+    result = run([sys.executable, script, str(tmp_path), "--windows", "1", "--set", f"data.path={MULTI30K}"], timeout=120)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"average_windows.py: error: {tmp_path / 'checkpoint_5.pt'}")
 
 
 def test_average_windows_summary_pairs_each_window_with_its_runs_own_first():
