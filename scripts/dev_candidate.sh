@@ -25,14 +25,10 @@ main() {
         # train would take tune.* and keep it unused in its config: tune, a process of its own, is the verb that reads it.
         if [[ $arg == tune.* ]]; then tune_args+=("$arg"); else train_args+=("$arg"); fi
     done
-    if [[ -e $run_dir ]]; then
-        echo "dev_candidate: $run_dir exists; give a new RUN_DIR" >&2
-        exit 1
-    fi
-    mkdir -p "$run_dir"
-    common=("config=$config" "run_dir=$run_dir")
     checkout=$(dirname "$0")
     source "$checkout/machine_txt.sh"
+    new_run_dir dev_candidate "$run_dir" "give a new RUN_DIR"
+    common=("config=$config" "run_dir=$run_dir")
     { machine_txt "$checkout"; git -C "$checkout" -c status.relativePaths=false status --short | sed 's/^/uncommitted: /'
       echo "command: translate train ${common[*]} ${train_args[*]} train.seed=$seed && translate tune ${common[*]} ${tune_args[*]}; dev only, no test split decoded"
       echo "started: $(date -u '+%Y-%m-%d %H:%M UTC')"; } >"$run_dir/machine.txt"

@@ -27,13 +27,9 @@ main() {
         # Only how many cores it uses: anything that changes the recipe would not be the preset's chain.
         [[ $arg == train.threads=* ]] || { echo "preset_chain: TRAIN_ARGS takes train.threads only, not $arg" >&2; exit 2; }
     done
-    if [[ -e $run_dir ]]; then
-        echo "preset_chain: $run_dir exists; a seed's test splits are scored once: give a new RUN_DIR" >&2
-        exit 1
-    fi
-    mkdir -p "$run_dir"
-    # The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
     source "$(dirname "$0")/machine_txt.sh"
+    new_run_dir preset_chain "$run_dir" "a seed's test splits are scored once: give a new RUN_DIR"
+    # The machine, the commit and any ISA the environment forces down (the AVX2 hour's).
     machine_txt "$(dirname "$0")" >"$run_dir/machine.txt"
     common=("config=$config" "run_dir=$run_dir")
     "$python" -m translate train "${common[@]}" "train.seed=$seed" ${train_args[@]+"${train_args[@]}"}
