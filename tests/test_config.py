@@ -65,10 +65,13 @@ def test_command_line_overrides_win_over_presets(compose):
         ("model.d_model=100", "d_model (100) must be divisible by heads (8)"),
         ("optim.warmup_ratio=1.5", "optim.warmup_ratio (1.5) must be in (0, 1], or null"),
         ("optim.cut_peak_power=0.5", "optim.cut_peak_power (0.5) applies to a warmup cut by optim.warmup_ratio, which is null"),
+        ("data.bpe_dropout=1.0", "data.bpe_dropout (1.0) must be in [0, 1)"),
+        ("data.bpe_dropout_copies=0", "data.bpe_dropout_copies (0) must be at least 1"),
+        ("data.vocab_type=unigram data.bpe_dropout=0.1", "data.bpe_dropout needs data.vocab_type=bpe"),
     ],
 )
 def test_bad_configuration_is_one_line(override, expected):
-    one_line_error(run_cli("train", override), expected)
+    one_line_error(run_cli("train", *override.split()), expected)
 
 
 def test_cfg_job_prints_the_papers_values():

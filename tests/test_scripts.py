@@ -461,7 +461,7 @@ def test_the_test_figures_marked_in_readme_and_docs_are_what_the_kept_run_record
         assert filled == text, f"{page.name}: a test figure differs from its records (results_tables.py --fill)"
 
 
-def test_preset_chain_refuses_train_args_that_change_the_recipe(tmp_path):
+def test_preset_chain_refuses_train_args_that_change_the_recipe_and_an_existing_folder(tmp_path):
     """TRAIN_ARGS may set train.threads, how fast a seed runs, and nothing of what it trains: anything else
     is refused in one line, before the run's folder is made, so no seed of a preset runs off its recipe."""
     script = ROOT / "scripts" / "preset_chain.sh"
@@ -471,6 +471,13 @@ def test_preset_chain_refuses_train_args_that_change_the_recipe(tmp_path):
     assert result.returncode == 2
     assert "TRAIN_ARGS takes train.threads only, not optim.lr_scale=3" in result.stderr
     assert not run_dir.exists()
+    # A seed's folder that exists is refused in one line and left as it was: its test splits were scored.
+    run_dir.mkdir()
+    (run_dir / "kept").write_text("kept\n")
+    result = run(["bash", str(script), "multi30k_lowercase", "1", str(run_dir)], timeout=60)
+    assert result.returncode == 1 and result.stderr.strip() == (
+        f"preset_chain: {run_dir} exists; a seed's test splits are scored once: give a new RUN_DIR")
+    assert [path.name for path in run_dir.iterdir()] == ["kept"]
 
 
 def test_dev_candidate_refuses_a_seed_or_folder_given_twice_and_an_existing_folder(tmp_path):
@@ -758,6 +765,12 @@ def test_dev_candidates_names_the_setting_and_averages_its_seeds(tmp_path):
                                 recorded("c-13", 13, 5.0, 34.5), recorded("c-14", 14, 5.0, 34.2)])
     assert two[-1]["paired_seeds"] == 2 and two[-1]["tuned_dev_bleu_vs_baseline"] == pytest.approx((1.0 + 0.2) / 2)
     assert two[-1]["tuned_dev_bleu_vs_baseline_sd"] == pytest.approx(statistics.stdev([1.0, 0.2]))
+    # Under BPE-dropout an epoch holds the sampled segmentations' tokens: the epochs count those.
+    sampled = recorded("bpe-15", 15, 0.0, 33.0)
+    record = RunRecord.load(sampled)
+    record.data.epoch_tokens = TrainTokens(source=300_000, target=312_500)
+    record.save(sampled)
+    assert dev_candidates.lines([sampled])[0]["epochs"] == 3.2  # 10^6 target tokens trained, 312,500 a pass
 
 
 def refuses_to_write_over_an_output(script: str, tmp_path) -> None:

@@ -118,7 +118,7 @@ def _worker(rank, port, overrides, results, world_size=2):
     try:
         cfg = load_config("train", overrides)
         data = prepare(cfg.data, log=lambda _: None)  # both prepare: the lock lets one build
-        stream = BatchStream(data.train.src_lengths, data.train.tgt_lengths, cfg.train.tokens_per_batch, cfg.train.seed,
+        stream = BatchStream([(data.train.src_lengths, data.train.tgt_lengths)], cfg.train.tokens_per_batch, cfg.train.seed,
                              rank, world_size)
         per_epoch = len(token_batches(data.train.src_lengths, data.train.tgt_lengths, cfg.train.tokens_per_batch, cfg.train.seed, 0))
         mine = [next(stream) for _ in range(len(range(rank, per_epoch, world_size)))]

@@ -111,6 +111,22 @@ class DataConfig:
     max_length_ratio: float = 0.0  # training pairs whose longer side exceeds this many times the shorter are dropped; 0 keeps all
     cache_dir: str = "cache"  # encoded corpora and vocabularies, keyed by fingerprint
     literature_bleu: LiteratureBleu = LiteratureBleu.tokenized  # the tokenized BLEU this data set's papers report
+    # BPE-dropout (Provilkov et al., 2020): when the training split is segmented, each merge is
+    # skipped with this probability, so a word comes in several segmentations and the model learns
+    # its pieces from each; dev, test and decoding keep the one deterministic segmentation. 0: off.
+    bpe_dropout: float = 0.0
+    # Sampled segmentations of the training split kept in the token cache; epoch e trains on number
+    # e mod this (one per epoch would cost the cache a copy of the split per epoch).
+    bpe_dropout_copies: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.bpe_dropout < 1:
+            raise ValueError(f"data.bpe_dropout ({self.bpe_dropout}) must be in [0, 1)")
+        if self.bpe_dropout_copies < 1:
+            raise ValueError(f"data.bpe_dropout_copies ({self.bpe_dropout_copies}) must be at least 1")
+        if self.bpe_dropout and self.vocab_type == VocabType.unigram and not self.spm_model:
+            # sentencepiece's sampling of a unigram model is another rule (Kudo, 2018), with alpha a smoothing
+            raise ValueError("data.bpe_dropout needs data.vocab_type=bpe")
 
 
 @dataclass
@@ -216,7 +232,8 @@ PAPER_LENGTH_PENALTY = 0.6  # section 6.1's alpha
 # Settings added after runs were recorded, at the value that trains as the code did before them: a
 # run record (translate table) or a frozen preset's snapshot (tests/test_frozen_presets.py) that
 # lacks one trained at that value.
-ADDED_LATER: Dict[str, Any] = {"train.rdrop": 0.0, "optim.warmup_ratio": None, "optim.cut_peak_power": 1.0}
+ADDED_LATER: Dict[str, Any] = {"train.rdrop": 0.0, "optim.warmup_ratio": None, "optim.cut_peak_power": 1.0,
+                               "data.bpe_dropout": 0.0, "data.bpe_dropout_copies": 16}
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -101,18 +101,21 @@ def shard(batches: List[np.ndarray], rank: int, world_size: int) -> List[np.ndar
 
 class BatchStream:
     """Endless stream of one process's batches (index arrays), reshuffled every epoch, whose
-    position can be saved and restored exactly (for resuming)."""
+    position can be saved and restored exactly (for resuming). `lengths` holds the (source,
+    target) lengths of each segmentation of the pairs that the epochs take in turn (one, or
+    data.bpe_dropout's sampled ones: PreparedData.training_lengths)."""
 
-    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, tokens_per_batch: int, seed: int,
+    def __init__(self, lengths: Sequence[Tuple[np.ndarray, np.ndarray]], tokens_per_batch: int, seed: int,
                  rank: int = 0, world_size: int = 1):
-        self.lengths = (src_lengths, tgt_lengths)
+        self.lengths = list(lengths)
         self.tokens_per_batch, self.seed, self.rank, self.world_size = tokens_per_batch, seed, rank, world_size
         self.epoch, self.position = 0, 0
         self._batches: List[np.ndarray] | None = None
 
     def _epoch_batches(self) -> List[np.ndarray]:
         if self._batches is None:
-            batches = token_batches(*self.lengths, self.tokens_per_batch, self.seed, self.epoch)
+            src_lengths, tgt_lengths = self.lengths[self.epoch % len(self.lengths)]
+            batches = token_batches(src_lengths, tgt_lengths, self.tokens_per_batch, self.seed, self.epoch)
             self._batches = shard(batches, self.rank, self.world_size)
         return self._batches
 

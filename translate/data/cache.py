@@ -12,9 +12,9 @@ from __future__ import annotations
 import fcntl
 import itertools
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -92,15 +92,30 @@ class SplitWriter:
             np.save(self.folder / f"{self.name}.{side}_offsets.npy", offsets)
 
 
+def sampled_split(copy: int) -> str:
+    """The name of the training split's sampled segmentation number `copy` (data.bpe_dropout)."""
+    return f"train_sampled{copy}"
+
+
 @dataclass
 class PreparedData:
     """What training needs: the vocabulary and the encoded splits."""
 
     folder: Path
     vocabulary: Vocabulary
-    train: EncodedSplit
+    train: EncodedSplit  # the deterministic segmentation (what decoding sees)
     valid: Optional[EncodedSplit]
     report: DataReport
+    # data.bpe_dropout's sampled segmentations of the same pairs, in the same order; none when off
+    train_sampled: List[EncodedSplit] = field(default_factory=list)
+
+    def training_split(self, epoch: int) -> EncodedSplit:
+        """What epoch `epoch` (from 0) trains on: its sampled segmentation, taken in turn, else the one."""
+        return self.train_sampled[epoch % len(self.train_sampled)] if self.train_sampled else self.train
+
+    def training_lengths(self) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """Source and target lengths of each segmentation that training_split takes in turn."""
+        return [(split.src_lengths, split.tgt_lengths) for split in (self.train_sampled or [self.train])]
 
 
 def is_complete(folder: Path) -> bool:
@@ -161,4 +176,6 @@ def load(folder: Path) -> PreparedData:
     verify(folder, report)
     vocabulary = Vocabulary((folder / VOCABULARY).read_bytes())
     valid = EncodedSplit.load(folder, "valid", report.dtype) if report.valid is not None else None
-    return PreparedData(folder, vocabulary, EncodedSplit.load(folder, "train", report.dtype), valid, report)
+    copies = report.settings.get("bpe_dropout_copies", 0) if report.sampled is not None else 0
+    sampled = [EncodedSplit.load(folder, sampled_split(k), report.dtype) for k in range(copies)]
+    return PreparedData(folder, vocabulary, EncodedSplit.load(folder, "train", report.dtype), valid, report, sampled)

@@ -20,7 +20,7 @@ import numpy as np
 from translate.core import paths
 from translate.core.config import DataConfig
 from translate.data.cache import (FORMAT_VERSION, VOCABULARY, PreparedData, SplitWriter, exclusive, file_records,
-                                  is_complete, load)
+                                  is_complete, load, sampled_split)
 from translate.core.errors import DamagedCache, MissingSplit, TranslateError
 from translate.data.loading import ParallelCorpus, load_corpus
 from translate.data.progress import Progress
@@ -47,6 +47,8 @@ def fingerprint(data: DataConfig, train: ParallelCorpus, valid: Optional[Paralle
         settings["specials"] = Vocabulary(model).specials.as_dict()  # how its special pieces are used
     else:
         settings.update(vocab_size=data.vocab_size, vocab_type=data.vocab_type, vocab_sample=data.vocab_sample)
+    if data.bpe_dropout:  # only then: the caches of runs without it keep their names
+        settings.update(bpe_dropout=data.bpe_dropout, bpe_dropout_copies=data.bpe_dropout_copies)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -126,8 +128,8 @@ def _encode_splits(staging: Path, data: DataConfig, train: ParallelCorpus, valid
     dtype = np.dtype(np.uint16 if len(vocabulary) <= np.iinfo(np.uint16).max else np.int32)
     test = _optional_split(data, "test")
     test_sets = _sentence_sets(test) if test is not None else None
-    counts, (source, target) = _encode(train, vocabulary, staging, "train", dtype, data, clean=True, test_sets=test_sets,
-                                       log=log)
+    counts, (source, target), sampled = _encode(train, vocabulary, staging, "train", dtype, data, clean=True,
+                                                test_sets=test_sets, log=log)
     if counts.kept == 0:
         raise TranslateError(f"{train.description}: no pair left after cleaning")
     valid_counts = _encode(valid, vocabulary, staging, "valid", dtype, data, clean=False)[0] if valid is not None else None
@@ -135,7 +137,7 @@ def _encode_splits(staging: Path, data: DataConfig, train: ParallelCorpus, valid
     unknown, tokens = counts.unk_src + counts.unk_tgt, counts.tokens_src + counts.tokens_tgt
     return DataReport(vocab_size=len(vocabulary), specials=vocabulary.specials.as_dict(), dtype=dtype.name,
                       settings=asdict(data), train=counts, valid=valid_counts, coverage=1 - unknown / max(1, tokens),
-                      test_overlap=overlap, files=file_records(staging))
+                      test_overlap=overlap, sampled=sampled, files=file_records(staging))
 
 
 def _both_sides(corpus: ParallelCorpus) -> Iterator[str]:
@@ -158,15 +160,19 @@ def _encode(
     clean: bool,
     test_sets: Optional[Tuple[Set[str], Set[str]]] = None,
     log=None,
-) -> Tuple[SplitCounts, Tuple[int, int]]:
+) -> Tuple[SplitCounts, Tuple[int, int], Optional[SplitCounts]]:
     """Encode chunk by chunk into folder/name.*; training pairs with an empty side, a side over
     data.max_length tokens, or sides more than data.max_length_ratio apart are dropped. Returns
-    the split's counts, and how many of its source and target sentences are in `test_sets`."""
+    the split's counts, how many of its source and target sentences are in `test_sets`, and, where
+    data.bpe_dropout samples the training split (clean=True), the counts of its sampled
+    segmentations together (the pairs kept by the deterministic one, in its order)."""
     writer = SplitWriter(folder, name, dtype, vocabulary.specials.unk)
+    copies = data.bpe_dropout_copies if clean and data.bpe_dropout else 0
+    sampled_writers = [SplitWriter(folder, sampled_split(k), dtype, vocabulary.specials.unk) for k in range(copies)]
     counts = SplitCounts()
     overlap = [0, 0]  # source, target
     progress = Progress(len(corpus), f"encoding {name}", log) if log is not None else None
-    for src, tgt in corpus.chunks(20000):
+    for chunk, (src, tgt) in enumerate(corpus.chunks(20000)):
         if test_sets is not None:
             overlap[0] += sum(s.strip() in test_sets[0] for s in src)
             overlap[1] += sum(t.strip() in test_sets[1] for t in tgt)
@@ -179,14 +185,29 @@ def _encode(
         counts.kept += len(src_ids)
         writer.add("src", src_ids)
         writer.add("tgt", tgt_ids)
+        if copies:
+            kept_src = [s for s, k in zip(src, keep) if k]
+            kept_tgt = [t for t, k in zip(tgt, keep) if k]
+            for k, sampled_writer in enumerate(sampled_writers):
+                seed = 1 + 2 * (chunk * copies + k)  # each chunk, copy and side its own draws, the same every build
+                sampled_writer.add("src", vocabulary.to_sampled_ids(kept_src, data.bpe_dropout, seed))
+                sampled_writer.add("tgt", vocabulary.to_sampled_ids(kept_tgt, data.bpe_dropout, seed + 1))
         if progress is not None:
             progress.update(counts.pairs - progress.done)
     if progress is not None:
         progress.close()
-    writer.close()
+    for closing in (writer, *sampled_writers):
+        closing.close()
     counts.tokens_src, counts.tokens_tgt = writer.tokens["src"], writer.tokens["tgt"]
     counts.unk_src, counts.unk_tgt = writer.unknown["src"], writer.unknown["tgt"]
-    return counts, (overlap[0], overlap[1])
+    sampled = None
+    if copies:  # all copies together
+        sampled = SplitCounts(pairs=counts.kept * copies, kept=counts.kept * copies,
+                              tokens_src=sum(w.tokens["src"] for w in sampled_writers),
+                              tokens_tgt=sum(w.tokens["tgt"] for w in sampled_writers),
+                              unk_src=sum(w.unknown["src"] for w in sampled_writers),
+                              unk_tgt=sum(w.unknown["tgt"] for w in sampled_writers))
+    return counts, (overlap[0], overlap[1]), sampled
 
 
 def _clean(src_ids: List[List[int]], tgt_ids: List[List[int]], data: DataConfig, counts: SplitCounts) -> np.ndarray:

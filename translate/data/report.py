@@ -57,6 +57,7 @@ class DataReport(JsonObject):
     valid: Optional[SplitCounts] = None  # where the data has a dev split
     coverage: float  # the share of training tokens that are not unknown
     test_overlap: Optional[TestOverlap] = None  # where the data has a test split
+    sampled: Optional[SplitCounts] = None  # data.bpe_dropout's segmentations of the kept training pairs, all together
     files: Dict[str, FileRecord]  # each file of the folder but the report
 
     @classmethod
@@ -83,6 +84,11 @@ class DataReport(JsonObject):
         line = (f"training pairs: {train.pairs:,} read, {train.kept:,} kept (dropped: {dropped}); "
                 f"tokens: {train.tokens_src:,} source, {train.tokens_tgt:,} target; "
                 f"vocabulary {self.vocab_size:,}, coverage {self.coverage:.4%}")
+        if self.sampled is not None:
+            copies = self.sampled.kept // max(1, train.kept)
+            ratio = (self.sampled.tokens_src + self.sampled.tokens_tgt) / max(1, copies * (train.tokens_src + train.tokens_tgt))
+            line += (f"; BPE-dropout {self.settings.get('bpe_dropout')}: {copies} sampled segmentations, "
+                     f"{ratio:.2f}x the tokens")
         overlap = self.test_overlap
         if overlap:
             line += (f"; test sentences also in training: {overlap.source:,} source, "

@@ -68,6 +68,14 @@ class Vocabulary:
         """Token ids without BOS/EOS (the batches add them)."""
         return self.processor.encode(sentences, out_type=int, num_threads=threads)
 
+    def to_sampled_ids(self, sentences: List[str], dropout: float, seed: int) -> List[List[int]]:
+        """Token ids of one sampled segmentation (BPE-dropout: each merge skipped with probability
+        `dropout`), the same for the same sentences and seed. On one thread: sentencepiece's
+        sampling on several threads depends on how it shares out the sentences."""
+        spm.set_random_generator_seed(seed)
+        return self.processor.encode(sentences, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1,
+                                     num_threads=1)
+
     def to_text(self, ids: List[List[int]]) -> List[str]:
         """Text of each id sequence; added symbols are dropped (sentencepiece does not know them)."""
         return self.processor.decode([[i for i in seq if i < self.piece_count] for seq in ids])

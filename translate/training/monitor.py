@@ -182,5 +182,8 @@ def record_parts(cfg: TranslateConfig, data: PreparedData, model: Transformer, m
                       train_pairs_kept=train.kept, train_tokens=TrainTokens(source=train.tokens_src, target=train.tokens_tgt),
                       vocabulary=VocabularyFacts(size=data.report.vocab_size, given=settings.spm_model,
                                                  specials=data.vocabulary.specials.as_dict()))
+    sampled, copies = data.report.sampled, len(data.train_sampled)
+    if sampled is not None and copies:
+        facts.epoch_tokens = TrainTokens(source=sampled.tokens_src // copies, target=sampled.tokens_tgt // copies)
     return RunRecord(settings=to_plain(cfg), data=facts, model=ModelFacts(parameters=model.num_parameters(),
                                                                           config=to_plain(model_cfg)), commands=[command])

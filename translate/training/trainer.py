@@ -97,7 +97,10 @@ class Feed:
     def next_update(self) -> List[Batch]:
         """This process's micro-batches of the next update."""
         specials = self.data.vocabulary.specials
-        batches = [collate(self.data.train, next(self.batches), specials) for _ in range(self.accumulation)]
+        batches = []
+        for _ in range(self.accumulation):
+            indices = next(self.batches)  # the stream's epoch is now this batch's
+            batches.append(collate(self.data.training_split(self.batches.epoch), indices, specials))
         completed = self.batches.completed_epochs
         self.ended_epoch, self.epochs = completed > self.epochs, completed
         return batches
@@ -140,7 +143,7 @@ class Trainer:
         precision = MixedPrecision.on(cfg.train.precision, context.device)
         tokens_per_batch, accumulation = batch_plan(cfg.train.tokens_per_update, cfg.train.tokens_per_batch,
                                                     context.world_size)
-        batches = BatchStream(data.train.src_lengths, data.train.tgt_lengths, tokens_per_batch, cfg.train.seed,
+        batches = BatchStream(data.training_lengths(), tokens_per_batch, cfg.train.seed,
                               context.rank, context.world_size)
         validator = Validator(cfg, data, context)
         resumed = resume.start(cfg, data, model, model_cfg, optimizer=optimizer, schedule=schedule, precision=precision)
@@ -369,7 +372,8 @@ def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed
                 precision: MixedPrecision, passes: int = 1) -> Accounting:
     """FLOPs per target token at the corpus's average lengths (EOS included) and the peak;
     `passes` times a pass's (R-Drop runs each batch twice)."""
-    lengths = float(np.mean(data.train.src_lengths)) + 1, float(np.mean(data.train.tgt_lengths)) + 1
+    src_lengths, tgt_lengths = data.training_lengths()[0]  # a sampled segmentation's, under BPE-dropout
+    lengths = float(np.mean(src_lengths)) + 1, float(np.mean(tgt_lengths)) + 1
     accounting = Accounting.measure(model_cfg, *lengths, context.device, precision.peak_dtype(), context.world_size,
                                     context.is_main)
     accounting.flops_per_token *= passes
