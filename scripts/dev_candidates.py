@@ -74,7 +74,8 @@ def lines(runs: List[Path]) -> List[Dict]:
 def _progress(record: run_record.RunRecord) -> Dict:
     """The update of the run's last validation, the epochs its training's target tokens make, and
     the model's parameters (a candidate may change the model's size)."""
-    corpus = record.data.tokens_per_epoch().target if record.data else None  # BPE-dropout's epochs are longer
+    epoch = (record.data.epoch_tokens or record.data.train_tokens) if record.data else None  # BPE-dropout's are longer
+    corpus = epoch.target if epoch else None
     trained = record.training.target_tokens if record.training else None
     return {"dev_update": record.valid.update if record.valid else None,
             "epochs": round(trained / corpus, 2) if trained and corpus else None,

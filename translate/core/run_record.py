@@ -55,12 +55,7 @@ class DataFacts(JsonObject):
     train_pairs_kept: int
     train_tokens: TrainTokens
     vocabulary: VocabularyFacts
-    # An epoch's tokens under data.bpe_dropout: the mean of its sampled segmentations' (absent when off)
-    epoch_tokens: Optional[TrainTokens] = None
-
-    def tokens_per_epoch(self) -> TrainTokens:
-        """The tokens one epoch trains on: the sampled segmentations' mean, else the corpus's."""
-        return self.epoch_tokens or self.train_tokens
+    epoch_tokens: Optional[TrainTokens] = None  # an epoch's under data.bpe_dropout (its copies' mean); absent when off
 
 
 @dataclass(kw_only=True)
