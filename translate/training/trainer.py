@@ -372,8 +372,8 @@ def _accounting(model_cfg: ModelConfig, data: PreparedData, context: distributed
                 precision: MixedPrecision, passes: int = 1) -> Accounting:
     """FLOPs per target token at the corpus's average lengths (EOS included) and the peak;
     `passes` times a pass's (R-Drop runs each batch twice)."""
-    src_lengths, tgt_lengths = data.training_lengths()[0]  # a sampled segmentation's, under BPE-dropout
-    lengths = float(np.mean(src_lengths)) + 1, float(np.mean(tgt_lengths)) + 1
+    split = data.training_split(0)  # a sampled segmentation, under BPE-dropout: not every copy's lengths
+    lengths = float(np.mean(split.src_lengths)) + 1, float(np.mean(split.tgt_lengths)) + 1
     accounting = Accounting.measure(model_cfg, *lengths, context.device, precision.peak_dtype(), context.world_size,
                                     context.is_main)
     accounting.flops_per_token *= passes
